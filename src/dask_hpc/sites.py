@@ -1,0 +1,123 @@
+"""Site profiles: facts about each supercomputer, kept as YAML data files in ``sites/``."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .errors import UsageError
+
+BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "none")
+GPU_VENDORS = ("nvidia", "intel", "amd")
+
+
+@dataclass(frozen=True)
+class Site:
+    """One site profile (see ``sites/*.yaml``)."""
+
+    name: str
+    description: str
+    batch_system: str
+    launcher: str
+    detect_env: Mapping[str, str]
+    detect_hostname: str
+    network_interface: str | None
+    node_local_storage: bool
+    local_directory: str | None
+    scheduler_directory: str
+    cpu_cores: int | None
+    cpu_threads: int | None
+    memory: str | None
+    gpu_vendor: str | None
+    gpu_count: int | None
+    gpu_tiles: int
+    build: Mapping[str, Any] = field(default_factory=dict)
+
+    def matches(self, env: Mapping[str, str], hostname: str) -> bool:
+        """True when this machine looks like this site."""
+        for var, pattern in self.detect_env.items():
+            if re.search(pattern, env.get(var, "")):
+                return True
+        return bool(self.detect_hostname) and re.search(self.detect_hostname, hostname) is not None
+
+    def expand(self, path: str | None, env: Mapping[str, str]) -> str | None:
+        """Expand ``$VAR`` in a profile path with ``env``; None if a variable is unset."""
+        if path is None:
+            return None
+        missing = [v for v in re.findall(r"\$\{?(\w+)\}?", path) if not env.get(v)]
+        if missing:
+            return None
+        return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
+
+
+def _from_mapping(data: Mapping[str, Any]) -> Site:
+    cpu = data.get("cpu") or {}
+    gpu = data.get("gpu") or {}
+    detect = data.get("detect") or {}
+    site = Site(
+        name=data["name"],
+        description=data["description"],
+        batch_system=data["batch_system"],
+        launcher=data["launcher"],
+        detect_env=dict(detect.get("env") or {}),
+        detect_hostname=detect.get("hostname") or "",
+        network_interface=data.get("network_interface"),
+        node_local_storage=bool(data["node_local_storage"]),
+        local_directory=data.get("local_directory"),
+        scheduler_directory=data["scheduler_directory"],
+        cpu_cores=cpu.get("cores"),
+        cpu_threads=cpu.get("threads"),
+        memory=cpu.get("memory"),
+        gpu_vendor=gpu.get("vendor"),
+        gpu_count=gpu.get("count"),
+        gpu_tiles=int(gpu.get("tiles") or 1),
+        build=dict(data.get("build") or {}),
+    )
+    if site.batch_system not in BATCH_SYSTEMS:
+        raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")
+    if site.gpu_vendor not in (None, *GPU_VENDORS):
+        raise ValueError(f"site {site.name}: unknown gpu vendor {site.gpu_vendor!r}")
+    return site
+
+
+@cache
+def all_sites() -> dict[str, Site]:
+    """Every site profile shipped in the package, by name."""
+    sites = {}
+    for entry in sorted(resources.files(__package__).joinpath("sites").iterdir(), key=str):
+        if entry.name.endswith(".yaml"):
+            site = _from_mapping(yaml.safe_load(entry.read_text()))
+            sites[site.name] = site
+    return sites
+
+
+def site_names() -> list[str]:
+    return sorted(all_sites())
+
+
+def load_site(name: str) -> Site:
+    """The profile called ``name``, or a UsageError listing the known ones."""
+    try:
+        return all_sites()[name]
+    except KeyError:
+        raise UsageError(
+            f"unknown site {name!r}", f"use one of: {', '.join(site_names())}"
+        ) from None
+
+
+def detect_site(env: Mapping[str, str] | None = None, hostname: str | None = None) -> Site:
+    """The site this machine belongs to, or ``generic``."""
+    env = os.environ if env is None else env
+    hostname = socket.gethostname() if hostname is None else hostname
+    for site in all_sites().values():
+        if site.name != "generic" and site.matches(env, hostname):
+            return site
+    return all_sites()["generic"]
