@@ -1,0 +1,108 @@
+"""pytest plugin: tagged environments, hard-timeout commands, a session Slurm cluster, leak checks.
+
+Load with ``pytest_plugins = ["harness.plugin"]`` in tests/conftest.py.
+
+Every test runs with ``DASK_HPC_TEST_TAG=<uuid>`` in ``os.environ`` (so every process it starts
+inherits it, through srun/sbatch/mpiexec too).  After the test the plugin waits up to
+``DASK_HPC_LEAK_TIMEOUT`` (15 s) for all processes carrying the tag to exit; leftovers are
+killed and the test FAILS naming them.  Slurm jobs still listed by the session cluster after a
+test are cancelled and fail the test too.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .procs import TAG_VAR, CmdResult, LeakError, check_no_leaks, new_tag, run_cmd, tagged
+from .slurm import SlurmCluster
+from .waiting import wait_for as _wait_for
+
+LEAK_TIMEOUT = float(os.environ.get("DASK_HPC_LEAK_TIMEOUT", "15"))
+
+_SESSION_CLUSTER: list[SlurmCluster] = []
+
+
+@pytest.fixture(autouse=True)
+def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This test's unique tag, also exported in ``os.environ``; leaks are asserted after."""
+    tag = new_tag()
+    monkeypatch.setenv(TAG_VAR, tag)
+    yield tag
+    monkeypatch.delenv(TAG_VAR, raising=False)
+    problems = []
+    try:
+        check_no_leaks(tag, timeout=LEAK_TIMEOUT)
+    except LeakError as e:
+        problems.append(str(e))
+    for cluster in _SESSION_CLUSTER:
+        if cluster.started:
+            left = cluster.jobs()
+            if left:
+                cluster.cancel_all()
+                problems.append(f"Slurm jobs left (cancelled now): {left}")
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+
+
+@pytest.fixture
+def tagged_env(test_tag: str) -> dict[str, str]:
+    """``os.environ`` + the test tag + loopback MPI settings (Open MPI as root, oversubscribe)."""
+    return tagged(os.environ, test_tag)
+
+
+@pytest.fixture(name="run_cmd")
+def run_cmd_(tagged_env: dict[str, str]) -> Callable[..., CmdResult]:
+    """``run_cmd(argv, timeout=60, env=None, cwd=None, input=None) -> CmdResult``.
+
+    ``env`` defaults to ``tagged_env``; a given ``env`` gets the tag added.  On timeout the
+    process group gets SIGTERM, then SIGKILL; ``result.timed_out`` is set.
+    """
+
+    def _run(
+        argv: Sequence[str],
+        timeout: float = 60.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str | os.PathLike[str] | None = None,
+        input: str | None = None,
+    ) -> CmdResult:
+        full = dict(tagged_env if env is None else env)
+        full[TAG_VAR] = tagged_env[TAG_VAR]
+        return run_cmd(argv, timeout=timeout, env=full, cwd=cwd, input=input)
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> Iterator[SlurmCluster]:
+    """One Slurm cluster for the session: 2 emulated nodes (node1, node2) x 8 CPUs.
+
+    Its daemons do not carry test tags; they are stopped at session end and verified gone.
+    Use ``slurm_cluster.env`` (SLURM_CONF) on top of ``tagged_env``, or its ``srun``/``sbatch``.
+    """
+    base = Path(tempfile.mkdtemp(prefix="dask-hpc-slurm-"))
+    cluster = SlurmCluster(base, nodes=2, cpus=8)
+    cluster.start()
+    _SESSION_CLUSTER.append(cluster)
+    try:
+        yield cluster
+    finally:
+        _SESSION_CLUSTER.remove(cluster)
+        cluster.stop()  # raises if a daemon survives
+
+
+@pytest.fixture
+def slurm_env(tagged_env: dict[str, str], slurm_cluster: SlurmCluster) -> dict[str, str]:
+    """``tagged_env`` plus ``SLURM_CONF`` of the session cluster."""
+    return {**tagged_env, **slurm_cluster.env}
+
+
+@pytest.fixture
+def wait_for() -> Callable[..., Any]:
+    """``wait_for(predicate, timeout, interval=0.05, what=...)``: jittered polling, raises."""
+    return _wait_for
