@@ -39,6 +39,8 @@ class Site:
     gpu_vendor: str | None
     gpu_count: int | None
     gpu_tiles: int
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    ssh_hops: tuple[str, ...] = ("LOGIN_NODE",)
     build: Mapping[str, Any] = field(default_factory=dict)
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
@@ -79,6 +81,8 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         gpu_vendor=gpu.get("vendor"),
         gpu_count=gpu.get("count"),
         gpu_tiles=int(gpu.get("tiles") or 1),
+        ssh_hops=tuple(data.get("ssh_hops") or ("LOGIN_NODE",)),
+        worker_env={k: str(v) for k, v in (data.get("worker_env") or {}).items()},
         build=dict(data.get("build") or {}),
     )
     if site.batch_system not in BATCH_SYSTEMS:

@@ -1,0 +1,45 @@
+"""What start-cluster tells the user once the cluster is ready."""
+
+from __future__ import annotations
+
+import getpass
+import socket
+
+from .connection import SchedulerInfo
+from .plan import Plan
+
+
+def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
+    """The ssh command that forwards ``ports`` from the user's machine to ``node``."""
+    forwards = " ".join(f"-L {p}:localhost:{p}" for p in ports)
+    user = getpass.getuser()
+    first, *rest = hops
+    parts = [f"ssh -t {forwards} {user}@{first}"]
+    parts += [f"ssh -t {forwards} {hop}" for hop in rest]
+    parts.append(f"ssh -t {forwards} {node}")
+    return " ".join(parts)
+
+
+def ready_message(
+    plan: Plan, info: SchedulerInfo, jupyter_url: str | None = None, jupyter_port: int | None = None
+) -> str:
+    node = socket.gethostname()
+    ports = [p for p in (jupyter_port, info.dashboard_port) if p]
+    lines = [
+        f"Dask cluster ready: {plan.total_workers} {plan.worker_type} workers on {plan.nodes} "
+        f"node(s), TLS {'on' if plan.tls else 'OFF'}",
+        f"  scheduler       {info.address}  (on {node})",
+        f"  scheduler file  {plan.scheduler_file}",
+        "  connect         from dask_hpc import connect; "
+        f"client = connect('{plan.scheduler_file}')",
+    ]
+    if not plan.tls:
+        lines.append(f"                  or Client(scheduler_file='{plan.scheduler_file}')")
+    if info.dashboard_port:
+        lines.append(f"  dashboard       http://localhost:{info.dashboard_port}/status")
+    if jupyter_url:
+        lines.append(f"  jupyterlab      {jupyter_url}")
+    if ports:
+        lines.append("  from your own machine, open the tunnel first:")
+        lines.append(f"    {ssh_tunnel(plan.site.ssh_hops, node, ports)}")
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""``start-cluster``: parse the command line, report bad input in one line, run the plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from . import __version__
+from .errors import UsageError
+
+USAGE = "start-cluster {cpu,gpu} WORKERS_PER_NODE [options] [-- COMMAND [ARGS...]]"
+EPILOG = """\
+Run it on every rank with your launcher (srun, mpiexec, jsrun, mpirun) or once with none.
+Rank 0 runs the scheduler; every rank runs its share of the workers. With a COMMAND, rank 0
+runs it once every worker is connected, then shuts the whole cluster down and exits with
+COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM or Ctrl-C.
+
+examples:
+  start-cluster cpu 2 -- python examples/pi.py
+  mpiexec -n 12 --ppn 6 start-cluster gpu 6 -- python job.py     # Aurora, 2 nodes
+  srun -N 2 --ntasks-per-node 1 start-cluster gpu 4               # one rank per node
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message, "see start-cluster --help")
+
+
+def positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
+    return int(text)
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog="start-cluster",
+        usage=USAGE,
+        epilog=EPILOG,
+        description="Start a Dask cluster under any HPC launcher.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "worker_type",
+        metavar="{cpu,gpu}",
+        choices=("cpu", "gpu"),
+        help="cpu workers, or one GPU (or tile) per worker",
+    )
+    p.add_argument(
+        "workers_per_node",
+        metavar="WORKERS_PER_NODE",
+        type=positive_int,
+        help="workers on each node",
+    )
+    p.add_argument("--version", action="version", version=f"dask-hpc {__version__}")
+    where = p.add_argument_group("where it runs")
+    where.add_argument("--site", help="site profile (default: detected, else generic)")
+    where.add_argument("--launcher", help="launcher (default: detected from the environment)")
+    where.add_argument("--scheduler-file", help="scheduler file (default: job-scoped, shared)")
+    where.add_argument(
+        "--join",
+        metavar="SCHEDULER_FILE",
+        help="start only workers, joining the cluster of SCHEDULER_FILE",
+    )
+    where.add_argument(
+        "--timeout",
+        type=positive_float,
+        help="seconds to wait for the scheduler and every worker (default 300)",
+    )
+    res = p.add_argument_group("workers")
+    res.add_argument("--nthreads", type=positive_int, help="threads per worker")
+    res.add_argument("--memory-limit", help="memory per worker, e.g. 16GB or 0.5 (of the node)")
+    res.add_argument("--local-directory", help="writable node-local directory for workers")
+    res.add_argument(
+        "--death-timeout",
+        type=positive_float,
+        help="seconds a worker waits for a lost scheduler (default 60)",
+    )
+    res.add_argument(
+        "--nanny",
+        dest="nanny",
+        action="store_true",
+        default=None,
+        help="restart workers that die (default)",
+    )
+    res.add_argument("--no-nanny", dest="nanny", action="store_false")
+    net = p.add_argument_group("network and security")
+    net.add_argument("--interface", help="network interface, e.g. ib0 or hsn0")
+    net.add_argument("--protocol", choices=("tcp", "tls", "ucx", "inproc"), help="comm protocol")
+    net.add_argument("--scheduler-port", type=int, help="scheduler port (default: a free one)")
+    net.add_argument("--dashboard-address", help="dashboard address (default 127.0.0.1:8787)")
+    net.add_argument(
+        "--no-tls",
+        dest="tls",
+        action="store_false",
+        default=None,
+        help="plain TCP: anyone who reaches the port can run code as you",
+    )
+    net.add_argument(
+        "--jupyter",
+        action="store_true",
+        help="also start JupyterLab (with a token) on the scheduler's node",
+    )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print, as JSON, what this rank would start, and start nothing",
+    )
+    return p
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """Split ``argv`` at the first ``--`` into options and COMMAND."""
+    argv = list(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        command = argv[at + 1 :]
+        if not command:
+            raise UsageError("'--' is not followed by a command", "write: -- COMMAND [ARGS...]")
+        return argv[:at], command
+    return argv, None
+
+
+def parse(argv: Sequence[str]) -> argparse.Namespace:
+    options, command = split_command(argv)
+    args = build_parser().parse_args(options)
+    args.command = command
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``start-cluster`` console script."""
+    from .plan import make_plan
+    from .runtime import run
+
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        args = parse(argv)
+        plan = make_plan(args)
+        if args.dry_run:
+            print(json.dumps(plan.describe(), indent=2))
+            return 0
+        return run(plan)
+    except UsageError as error:
+        print(f"start-cluster: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,101 @@
+"""How anything finds a cluster: the scheduler file and the credentials beside it.
+
+This is the one place that knows the scheduler file's contents, the environment handed to
+COMMAND and JupyterLab (a bare ``Client()`` connects), and :func:`connect` for the owner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .security import TlsFiles, tls_env
+
+KEY = "dask_hpc"
+
+
+@dataclass(frozen=True)
+class SchedulerInfo:
+    """What rank 0 publishes: where the scheduler listens and how to talk to it."""
+
+    address: str
+    dashboard_port: int | None
+    host: str
+    launch_id: str
+    tls: TlsFiles | None
+
+    def to_json(self) -> dict[str, Any]:
+        tls = None
+        if self.tls:
+            tls = {"ca": str(self.tls.ca), "cert": str(self.tls.cert), "key": str(self.tls.key)}
+        return {
+            "type": "Scheduler",
+            "address": self.address,
+            "services": {"dashboard": self.dashboard_port} if self.dashboard_port else {},
+            KEY: {"host": self.host, "launch_id": self.launch_id, "tls": tls},
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> SchedulerInfo:
+        ours = data.get(KEY) or {}
+        tls = ours.get("tls")
+        return cls(
+            address=data["address"],
+            dashboard_port=(data.get("services") or {}).get("dashboard"),
+            host=ours.get("host", ""),
+            launch_id=ours.get("launch_id", ""),
+            tls=TlsFiles(Path(tls["ca"]), Path(tls["cert"]), Path(tls["key"])) if tls else None,
+        )
+
+    def client_env(self) -> dict[str, str]:
+        """Environment in which a bare ``distributed.Client()`` connects to this cluster."""
+        env = {"DASK_SCHEDULER_ADDRESS": self.address}
+        if self.tls:
+            env.update(tls_env(self.tls))
+        return env
+
+
+def write_scheduler_file(path: Path, info: SchedulerInfo) -> None:
+    """Publish ``info`` atomically: readers see the whole file or none."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(info.to_json(), f, indent=2)
+    os.replace(tmp, path)
+
+
+def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerInfo | None:
+    """The published info, or None if absent, unreadable or from another launch."""
+    try:
+        info = SchedulerInfo.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if launch_id is not None and info.launch_id != launch_id:
+        return None
+    if info.tls and not info.tls.exist():
+        return None
+    return info
+
+
+def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
+    """A ``distributed.Client`` connected to the cluster of ``scheduler_file``."""
+    from distributed import Client
+    from distributed.security import Security
+
+    info = read_scheduler_file(Path(scheduler_file))
+    if info is None:
+        raise FileNotFoundError(f"no usable scheduler file at {scheduler_file}")
+    if info.tls:
+        kwargs.setdefault(
+            "security",
+            Security(
+                tls_ca_file=str(info.tls.ca),
+                tls_client_cert=str(info.tls.cert),
+                tls_client_key=str(info.tls.key),
+                require_encryption=True,
+            ),
+        )
+    return Client(info.address, **kwargs)

@@ -1,0 +1,138 @@
+"""GPU devices of a node and one device per worker, for NVIDIA, Intel and AMD."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Vendor:
+    """How a GPU runtime is told which devices a process may see."""
+
+    name: str
+    visible_var: str
+    runtime: str
+
+
+VENDORS: dict[str, Vendor] = {
+    "nvidia": Vendor("nvidia", "CUDA_VISIBLE_DEVICES", "CUDA"),
+    "intel": Vendor("intel", "ZE_AFFINITY_MASK", "Level Zero"),
+    "amd": Vendor("amd", "ROCR_VISIBLE_DEVICES", "ROCm"),
+}
+
+
+@dataclass(frozen=True)
+class GpuNode:
+    """The GPUs one rank can hand out, and where that knowledge came from."""
+
+    vendor: Vendor
+    devices: tuple[str, ...]  # what to put in the visible-devices variable, one per slot
+    narrowed: bool  # the launcher already narrowed this rank to these devices
+    source: str  # "environment", "hardware" or "site profile"
+    extra_env: Mapping[str, str]  # settings for every worker of the node
+
+
+def probe_count(vendor: str, root: Path = Path("/")) -> int:
+    """Devices of ``vendor`` that the kernel shows (0 when none or unknown)."""
+    if vendor == "nvidia":
+        gpus = root / "proc/driver/nvidia/gpus"
+        return len(list(gpus.iterdir())) if gpus.is_dir() else 0
+    if vendor == "amd":
+        nodes = root / "sys/class/kfd/kfd/topology/nodes"
+        if not nodes.is_dir():
+            return 0
+        ids = [
+            (n / "gpu_id").read_text().strip() for n in nodes.iterdir() if (n / "gpu_id").exists()
+        ]
+        return sum(1 for i in ids if i not in ("", "0"))
+    if vendor == "intel":
+        drm = root / "sys/class/drm"
+        if not drm.is_dir():
+            return 0
+        cards = [
+            c
+            for c in drm.glob("card[0-9]*")
+            if "-" not in c.name
+            and (c / "device/vendor").exists()
+            and (c / "device/vendor").read_text().strip() == "0x8086"
+            and (c / "device/driver").resolve().name in ("i915", "xe")
+        ]
+        return len(cards)
+    return 0
+
+
+def probe_vendor(root: Path = Path("/")) -> str | None:
+    for name in VENDORS:
+        if probe_count(name, root):
+            return name
+    return None
+
+
+def _visible(env: Mapping[str, str], vendor: Vendor) -> tuple[str, ...] | None:
+    raw = env.get(vendor.visible_var)
+    if raw is None:
+        return None
+    devices = tuple(d.strip() for d in raw.split(",") if d.strip())
+    return devices
+
+
+def gpu_node(
+    env: Mapping[str, str],
+    vendor_name: str | None,
+    profile_count: int | None,
+    tiles: int,
+    workers_per_node: int,
+    root: Path = Path("/"),
+) -> GpuNode:
+    """Work out the devices this rank hands to its GPU workers, or fail clearly."""
+    vendor_name = vendor_name or probe_vendor(root)
+    if vendor_name is None:
+        raise UsageError(
+            "gpu workers asked for, but no GPU was found on this node",
+            "start cpu workers, or pick the site with --site (its profile knows the GPUs)",
+        )
+    vendor = VENDORS[vendor_name]
+    extra: dict[str, str] = {}
+    visible = _visible(env, vendor)
+    if visible is not None:
+        if not visible:
+            raise UsageError(
+                f"{vendor.visible_var} is set but empty: this rank may use no GPU",
+                f"unset {vendor.visible_var} or give the rank a device",
+            )
+        return GpuNode(vendor, visible, True, "environment", extra)
+    count = probe_count(vendor_name, root)
+    source = "hardware"
+    if not count and profile_count:
+        count, source = profile_count, "site profile"
+    if not count:
+        raise UsageError(
+            f"gpu workers asked for, but no {vendor_name} GPU was found on this node",
+            "start cpu workers, or run on a GPU node",
+        )
+    slots = count
+    if vendor_name == "intel":
+        flat = tiles > 1 and workers_per_node == count * tiles
+        extra["ZE_FLAT_DEVICE_HIERARCHY"] = "FLAT" if flat else "COMPOSITE"
+        if flat:
+            extra["ZE_ENABLE_PCI_ID_DEVICE_ORDER"] = "1"
+            slots = count * tiles
+    return GpuNode(vendor, tuple(str(i) for i in range(slots)), False, source, extra)
+
+
+def worker_gpu_env(node: GpuNode, index: int, workers_here: int) -> dict[str, str]:
+    """Environment that pins worker ``index`` (of ``workers_here`` started by this rank)."""
+    if node.narrowed and len(node.devices) == 1 and workers_here == 1:
+        return dict(node.extra_env)  # the launcher already gave this rank its one device
+    if index >= len(node.devices):
+        unit = "tiles" if node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
+        raise UsageError(
+            f"{index + 1} GPU workers need {index + 1} {node.vendor.name} devices, "
+            f"but only {len(node.devices)} {unit} are visible here ({node.source})",
+            f"start at most {len(node.devices)} gpu workers per node",
+        )
+    return {**node.extra_env, node.vendor.visible_var: node.devices[index]}

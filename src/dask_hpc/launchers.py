@@ -1,0 +1,215 @@
+"""Which launcher started this process, and where this process sits in the launch.
+
+Launchers are data: each row names the environment variables that give the global rank,
+the local rank, the world size and the local size. Detection checks the MPI-style launchers
+before Slurm, because an ``mpiexec`` inside an ``sbatch`` script hands ``SLURM_PROCID=0`` to
+every rank (see the launchers notes).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from . import pmi
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """How one launcher describes a rank in the environment."""
+
+    name: str
+    description: str
+    marker: str  # set for every rank of this launcher, and only by it (or its wrappers)
+    rank: tuple[str, ...]
+    local_rank: tuple[str, ...]
+    size: tuple[str, ...]
+    local_size: tuple[str, ...]
+    node: tuple[str, ...] = ()
+    launch_ids: tuple[str, ...] = ()  # variables that together identify this launch
+
+
+# Order matters: the first launcher whose marker is set wins.
+LAUNCHERS: tuple[Launcher, ...] = (
+    Launcher(
+        "jsrun",
+        "IBM jsrun (Summit, LSF)",
+        "JSM_NAMESPACE_RANK",
+        rank=("JSM_NAMESPACE_RANK",),
+        local_rank=("JSM_NAMESPACE_LOCAL_RANK",),
+        size=("JSM_NAMESPACE_SIZE",),
+        local_size=("JSM_NAMESPACE_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
+        launch_ids=("LSB_JOBID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"),
+    ),
+    Launcher(
+        "pals",
+        "HPE PALS mpiexec (Aurora, Polaris, PBS Pro)",
+        "PALS_RANKID",
+        rank=("PALS_RANKID",),
+        local_rank=("PALS_LOCAL_RANKID", "PMI_LOCAL_RANK"),
+        size=("PMI_SIZE",),
+        local_size=("PMI_LOCAL_SIZE",),
+        node=("PALS_NODEID",),
+        launch_ids=("PBS_JOBID", "PALS_APID"),
+    ),
+    Launcher(
+        "openmpi",
+        "Open MPI mpirun/mpiexec (also Cobalt's mpirun)",
+        "OMPI_COMM_WORLD_RANK",
+        rank=("OMPI_COMM_WORLD_RANK",),
+        local_rank=("OMPI_COMM_WORLD_LOCAL_RANK",),
+        size=("OMPI_COMM_WORLD_SIZE",),
+        local_size=("OMPI_COMM_WORLD_LOCAL_SIZE",),
+        launch_ids=("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"),
+    ),
+    Launcher(
+        "mpich",
+        "MPICH hydra mpiexec",
+        "PMI_RANK",
+        rank=("PMI_RANK",),
+        local_rank=("MPI_LOCALRANKID",),
+        size=("PMI_SIZE",),
+        local_size=("MPI_LOCALNRANKS",),
+    ),
+    Launcher(
+        "slurm",
+        "Slurm srun",
+        "SLURM_PROCID",
+        rank=("SLURM_PROCID",),
+        local_rank=("SLURM_LOCALID",),
+        size=("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"),
+        local_size=(),
+        node=("SLURM_NODEID",),
+        launch_ids=("SLURM_JOB_ID", "SLURM_STEP_ID"),
+    ),
+)
+NONE = Launcher("none", "no launcher: one process on this machine", "", (), (), (), ())
+BATCH_JOB_IDS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "COBALT_JOBID")
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """This process's place in the launch."""
+
+    launcher: str
+    rank: int
+    local_rank: int
+    size: int
+    local_size: int
+    launch_id: str
+    job_id: str | None
+
+    @property
+    def is_first(self) -> bool:
+        return self.rank == 0
+
+
+def launcher_names() -> list[str]:
+    return [launcher.name for launcher in (*LAUNCHERS, NONE)]
+
+
+def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
+    for name in names:
+        if env.get(name, "") != "":
+            return env[name]
+    return None
+
+
+def _int(env: Mapping[str, str], names: tuple[str, ...], launcher: Launcher, what: str) -> int:
+    raw = _first(env, names)
+    if raw is None or not raw.isdigit():
+        shown = "/".join(names) or "(none)"
+        raise UsageError(
+            f"launcher {launcher.name}: {what} variable {shown} is missing or not a number",
+            "run start-cluster under that launcher, or pick another with --launcher",
+        )
+    return int(raw)
+
+
+def slurm_local_size(env: Mapping[str, str]) -> int | None:
+    """Tasks of this step on this node, from SLURM_STEP_TASKS_PER_NODE ("4", "2(x3)", "4,1")."""
+    gtids = env.get("SLURM_GTIDS")
+    if gtids:
+        return len(gtids.split(","))
+    spec = env.get("SLURM_STEP_TASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
+    node = env.get("SLURM_NODEID")
+    if not spec or node is None or not node.isdigit():
+        return None
+    counts: list[int] = []
+    for part in spec.split(","):
+        match = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", part)
+        if not match:
+            return None
+        counts += [int(match.group(1))] * int(match.group(2) or 1)
+    index = int(node)
+    return counts[index] if index < len(counts) else None
+
+
+def find_launcher(env: Mapping[str, str], override: str | None = None) -> Launcher:
+    """The launcher named by ``override``, else the first whose marker is in ``env``."""
+    table = {launcher.name: launcher for launcher in (*LAUNCHERS, NONE)}
+    if override:
+        if override not in table:
+            raise UsageError(f"unknown launcher {override!r}", f"use one of: {', '.join(table)}")
+        return table[override]
+    for launcher in LAUNCHERS:
+        if env.get(launcher.marker, "") != "":
+            return launcher
+    return NONE
+
+
+def batch_job_id(env: Mapping[str, str]) -> str | None:
+    return _first(env, BATCH_JOB_IDS)
+
+
+def _launch_id(launcher: Launcher, env: Mapping[str, str], pid: int, host: str) -> str:
+    if launcher is NONE:
+        return f"local-{host}-{pid}"
+    parts = [env[name] for name in launcher.launch_ids if env.get(name)]
+    if launcher.name == "mpich":
+        kvs = pmi.kvsname(env)
+        if kvs:
+            parts.append(kvs)
+    job = batch_job_id(env)
+    if job and job not in parts:
+        parts.insert(0, job)
+    if not parts:
+        raise UsageError(
+            f"launcher {launcher.name}: nothing in the environment identifies this launch",
+            "pass --scheduler-file with a path unique to this run",
+        )
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))[:120]
+
+
+def detect(
+    env: Mapping[str, str], override: str | None = None, *, pid: int = 0, host: str = "localhost"
+) -> RankInfo:
+    """Where this process sits: launcher, rank, local rank, sizes and a launch identity."""
+    launcher = find_launcher(env, override)
+    if launcher is NONE:
+        return RankInfo("none", 0, 0, 1, 1, _launch_id(launcher, env, pid, host), None)
+    rank = _int(env, launcher.rank, launcher, "rank")
+    local_rank = _int(env, launcher.local_rank, launcher, "local rank")
+    size = _int(env, launcher.size, launcher, "world size")
+    if launcher.name == "slurm":
+        local_size = slurm_local_size(env)
+        if local_size is None:
+            raise UsageError(
+                "launcher slurm: cannot tell how many tasks run on this node "
+                "(SLURM_STEP_TASKS_PER_NODE missing)",
+                "start start-cluster with srun inside an allocation",
+            )
+    elif launcher.name == "jsrun" and _first(env, launcher.local_size) is None:
+        local_size = 1  # jsrun without Spectrum MPI: one task per resource set
+    else:
+        local_size = _int(env, launcher.local_size, launcher, "local size")
+    if not (0 <= rank < size and 0 <= local_rank < local_size <= size):
+        raise UsageError(
+            f"launcher {launcher.name}: inconsistent rank {rank}/{size}, "
+            f"local rank {local_rank}/{local_size}",
+            "check the launcher's environment, or pick another with --launcher",
+        )
+    launch_id = _launch_id(launcher, env, pid, host)
+    return RankInfo(launcher.name, rank, local_rank, size, local_size, launch_id, batch_job_id(env))

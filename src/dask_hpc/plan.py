@@ -1,0 +1,433 @@
+"""Turn the command line and the environment into a plan: what this rank starts, and how.
+
+Everything here is decided before anything starts, so bad input fails with nothing running,
+and ``--dry-run`` prints exactly what a real run would do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from dask.utils import parse_bytes
+
+from . import config, gpus, launchers, resources
+from .errors import UsageError
+from .sites import Site, detect_site, load_site
+
+NO_LOCAL_STORAGE_ENV = {
+    "DASK_DISTRIBUTED__WORKER__MEMORY__TARGET": "False",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL": "False",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__PAUSE": "0.8",
+    "DASK_DISTRIBUTED__WORKER__MEMORY__TERMINATE": "0.95",
+}
+
+
+@dataclass
+class ProcessSpec:
+    """One scheduler or worker process: its keyword arguments and its extra environment."""
+
+    role: str  # "scheduler" or "worker"
+    name: str
+    options: dict[str, Any]
+    env: dict[str, str] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """The equivalent ``dask scheduler`` / ``dask worker`` command line."""
+        argv = ["dask", self.role]
+        for key, value in self.options.items():
+            if value is None or key in ("worker_class", "restart"):
+                continue
+            flag = "--" + key.replace("_", "-")
+            if key == "resources":
+                argv += [flag, " ".join(f"{k}={v}" for k, v in value.items())]
+            elif isinstance(value, bool):
+                argv.append(flag if value else "--no-" + flag[2:])
+            else:
+                argv += [flag, str(value)]
+        return argv
+
+
+@dataclass
+class Plan:
+    """Everything this rank will do."""
+
+    rank: launchers.RankInfo
+    site: Site
+    worker_type: str
+    workers_per_node: int
+    layout: str  # "local", "worker-per-rank" or "workers-per-node"
+    join: bool  # only workers, joining a running cluster
+    nodes: int
+    total_workers: int
+    cluster_dir: Path
+    scheduler_file: Path
+    tls: bool
+    protocol: str
+    timeout: float
+    poll_interval: float
+    command: list[str] | None
+    jupyter: bool
+    processes: list[ProcessSpec]
+    notes: list[str]
+
+    @property
+    def runs_scheduler(self) -> bool:
+        return any(p.role == "scheduler" for p in self.processes)
+
+    def describe(self) -> dict[str, Any]:
+        """The plan as plain data (what ``--dry-run`` prints)."""
+        return {
+            "launcher": self.rank.launcher,
+            "rank": asdict(self.rank),
+            "site": self.site.name,
+            "worker_type": self.worker_type,
+            "layout": self.layout,
+            "join": self.join,
+            "nodes": self.nodes,
+            "workers_per_node": self.workers_per_node,
+            "total_workers": self.total_workers,
+            "scheduler_file": str(self.scheduler_file),
+            "cluster_directory": str(self.cluster_dir),
+            "tls": self.tls,
+            "protocol": self.protocol,
+            "timeout": self.timeout,
+            "command": self.command,
+            "jupyter": self.jupyter,
+            "processes": [
+                {
+                    "role": p.role,
+                    "name": p.name,
+                    "argv": p.argv(),
+                    "env": p.env,
+                    "options": {k: v for k, v in p.options.items() if v is not None},
+                }
+                for p in self.processes
+            ],
+            "notes": self.notes,
+        }
+
+
+def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
+    """(layout, nodes, workers started by this rank)."""
+    if rank.launcher == "none":
+        return "local", 1, wpn
+    if rank.local_size == wpn:
+        if rank.size % wpn:
+            raise UsageError(
+                f"{rank.size} ranks in all is not a multiple of WORKERS_PER_NODE {wpn}",
+                f"launch {wpn} ranks on every node",
+            )
+        return "worker-per-rank", rank.size // wpn, 1
+    if rank.local_size == 1:
+        return "workers-per-node", rank.size, wpn
+    raise UsageError(
+        f"this node runs {rank.local_size} ranks but WORKERS_PER_NODE is {wpn}",
+        f"launch {wpn} ranks per node (one worker each) or 1 rank per node "
+        f"(it starts {wpn} workers)",
+    )
+
+
+def interface_address(name: str) -> str:
+    """The IPv4 address of network interface ``name``, or a UsageError listing the others."""
+    addrs = psutil.net_if_addrs()
+    for addr in addrs.get(name, []):
+        if addr.family == socket.AF_INET:
+            return addr.address
+    raise UsageError(
+        f"network interface {name!r} has no IPv4 address on this node",
+        f"use one of: {', '.join(sorted(addrs))}",
+    )
+
+
+def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
+    if text is None:
+        return node_memory // share
+    try:
+        value = float(text)
+        if 0 < value <= 1:
+            return int(node_memory * value)
+        raise ValueError
+    except ValueError:
+        pass
+    try:
+        limit = parse_bytes(text)
+    except (ValueError, TypeError):
+        limit = 0
+    if limit <= 0:
+        raise UsageError(
+            f"--memory-limit {text!r} is not a memory size",
+            "write it like 16GB, 512MiB, or a fraction of the node such as 0.25",
+        )
+    return limit
+
+
+def _usable_directory(path: Path, what: str, flag: str) -> Path:
+    try:
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-")
+        probe.close()
+    except OSError as error:
+        reason = os.strerror(error.errno) if error.errno else str(error)
+        raise UsageError(
+            f"{what} {path} is not usable ({reason.lower()})",
+            f"pass {flag} with a writable directory",
+        ) from None
+    return path
+
+
+def _check_port_free(host: str, port: int, flag: str) -> None:
+    if port == 0:
+        return
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                raise UsageError(
+                    f"port {port} on {host or 'all interfaces'} is already in use",
+                    f"pass another {flag}, or 0 for a free one",
+                ) from None
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({error.strerror})", f"pass another {flag}"
+            ) from None
+
+
+def _parse_dashboard(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not port.isdigit():
+        raise UsageError(
+            f"--dashboard-address {address!r} has no port",
+            "write it as HOST:PORT, e.g. 127.0.0.1:8787 (':0' for a free port)",
+        )
+    return host, int(port)
+
+
+def _cluster_paths(
+    args: argparse.Namespace, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
+) -> tuple[Path, Path]:
+    """(cluster directory, scheduler file) for this launch."""
+    if args.join:
+        file = Path(args.join).expanduser().absolute()
+        return file.parent, file
+    if args.scheduler_file:
+        file = Path(args.scheduler_file).expanduser().absolute()
+        return file.parent / f"{file.stem}.dask-hpc", file
+    base = config.get("scheduler-directory") or site.expand(site.scheduler_directory, env)
+    if not base:
+        base = str(Path.home() / ".dask-hpc")
+    directory = Path(base).expanduser().absolute() / f"dask-hpc-{rank.launch_id}"
+    return directory, directory / "scheduler.json"
+
+
+def make_plan(
+    args: argparse.Namespace,
+    env: Mapping[str, str] | None = None,
+    node: resources.NodeResources | None = None,
+    gpu_root: Path = Path("/"),
+) -> Plan:
+    """Validate everything and decide what this rank starts."""
+    env = os.environ if env is None else env
+    notes: list[str] = []
+    host = socket.gethostname()
+    rank = launchers.detect(env, args.launcher, pid=os.getpid(), host=host)
+    site = load_site(args.site) if args.site else detect_site(env, host)
+    wpn = args.workers_per_node
+    layout, nodes, workers_here = _layout(rank, wpn)
+    total = nodes * wpn
+    node = node or resources.detect()
+
+    if args.join and not Path(args.join).expanduser().is_file():
+        raise UsageError(
+            f"--join {args.join}: no such scheduler file",
+            "give the scheduler file of a running cluster",
+        )
+    tls = config.get("tls") if args.tls is None else args.tls
+    if not tls:
+        notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
+    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
+    if tls and protocol == "tcp":
+        raise UsageError(
+            "--protocol tcp sends everything unencrypted while TLS is on",
+            "drop --protocol, or add --no-tls",
+        )
+    if not tls and protocol == "tls":
+        raise UsageError("--protocol tls needs TLS", "drop --no-tls")
+    nanny = config.get("nanny") if args.nanny is None else args.nanny
+    timeout = args.timeout or float(config.get("timeout"))
+    death_timeout = args.death_timeout or float(config.get("death-timeout"))
+
+    # Network: an explicit interface must exist; a site default is used only where it does.
+    interface = args.interface
+    if interface:
+        interface_address(interface)
+    elif site.network_interface:
+        if site.network_interface in psutil.net_if_addrs():
+            interface = site.network_interface
+        else:
+            notes.append(
+                f"site interface {site.network_interface} is not on this node: "
+                "using the default route"
+            )
+
+    # Resources per worker.
+    bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
+    share = 1 if bound else wpn
+    nthreads = args.nthreads or max(1, node.usable_cpus // share)
+    memory_limit = _memory_limit(args.memory_limit, node.memory, wpn)
+    local_dir_text = args.local_directory or site.expand(site.local_directory, env)
+    if args.local_directory is None and local_dir_text is None:
+        local_dir_text = os.path.join(tempfile.gettempdir(), f"dask-hpc-{os.getuid()}")
+    local_dir = _usable_directory(
+        Path(local_dir_text).expanduser(), "local directory", "--local-directory"
+    )
+
+    cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
+    if rank.is_first and not args.join:
+        _usable_directory(cluster_dir.parent, "scheduler directory", "--scheduler-file")
+
+    worker_env: dict[str, str] = dict(site.worker_env)
+    if not site.node_local_storage:
+        worker_env.update(NO_LOCAL_STORAGE_ENV)
+        notes.append(
+            f"{site.name} has no node-local storage: spilling off, pause at 80%, terminate at 95%"
+        )
+    gpu_node = None
+    worker_class = "distributed.Worker"
+    resources_opt = None
+    if args.worker_type == "gpu":
+        gpu_node = gpus.gpu_node(
+            env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root
+        )
+        capacity = len(gpu_node.devices)
+        keeps_launcher_device = gpu_node.narrowed and capacity == 1 and workers_here == 1
+        if wpn > capacity and not keeps_launcher_device:
+            unit = (
+                "tiles" if gpu_node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
+            )
+            raise UsageError(
+                f"{wpn} gpu workers per node need {wpn} {gpu_node.vendor.name} devices, "
+                f"but this node has {capacity} {unit} ({gpu_node.source})",
+                f"start at most {capacity} gpu workers per node",
+            )
+        resources_opt = {"GPU": 1}
+        if gpu_node.vendor.name == "nvidia":
+            worker_class = "dask_cuda" if _has_dask_cuda() else "distributed.Worker"
+            if worker_class != "dask_cuda":
+                notes.append(
+                    "dask-cuda is not installed: plain Dask workers pinned with "
+                    "CUDA_VISIBLE_DEVICES (pip install 'dask-hpc[cuda]')"
+                )
+        notes.append(
+            f"{gpu_node.vendor.runtime} devices from the {gpu_node.source}: "
+            f"{','.join(gpu_node.devices)}"
+        )
+
+    host_ip = interface_address(interface) if interface else None
+    processes: list[ProcessSpec] = []
+    if rank.is_first and not args.join:
+        scheduler_host = host_ip or ("127.0.0.1" if rank.launcher == "none" else None)
+        port = (
+            args.scheduler_port
+            if args.scheduler_port is not None
+            else int(config.get("scheduler-port"))
+        )
+        if not 0 <= port < 65536:
+            raise UsageError(
+                f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
+            )
+        _check_port_free(scheduler_host or "", port, "--scheduler-port")
+        dashboard = args.dashboard_address or config.get("dashboard-address")
+        dash_host, dash_port = _parse_dashboard(dashboard)
+        if args.dashboard_address:
+            _check_port_free(dash_host, dash_port, "--dashboard-address")
+        processes.append(
+            ProcessSpec(
+                "scheduler",
+                "scheduler",
+                {
+                    "host": scheduler_host,
+                    "port": port,
+                    "protocol": protocol,
+                    "dashboard_address": dashboard,
+                    "expected_workers": total,
+                },
+            )
+        )
+    first_index = rank.local_rank if layout == "worker-per-rank" else 0
+    for i in range(workers_here):
+        env_i = dict(worker_env)
+        if gpu_node is not None:
+            env_i.update(gpus.worker_gpu_env(gpu_node, first_index + i, workers_here))
+        name = f"{rank.rank}-{i}" if workers_here > 1 else str(rank.rank)
+        if args.join:
+            name = f"join-{rank.launch_id}-{name}"
+        processes.append(
+            ProcessSpec(
+                "worker",
+                name,
+                {
+                    "nthreads": nthreads,
+                    "memory_limit": memory_limit,
+                    "resources": resources_opt,
+                    "local_directory": str(local_dir),
+                    "death_timeout": death_timeout,
+                    "host": host_ip,
+                    "protocol": protocol,
+                    "worker_class": worker_class,
+                    "restart": nanny,
+                    "nanny": nanny,
+                },
+                env_i,
+            )
+        )
+
+    command = args.command
+    if command and rank.is_first and not args.join and shutil.which(command[0]) is None:
+        raise UsageError(
+            f"command {command[0]!r} not found", "check the name, or give its full path"
+        )
+    if args.jupyter and rank.is_first and not args.join and shutil.which("jupyter") is None:
+        raise UsageError(
+            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
+        )
+    if args.join and command:
+        raise UsageError(
+            "--join starts only workers and cannot run a COMMAND",
+            "run COMMAND where the cluster was started",
+        )
+    return Plan(
+        rank=rank,
+        site=site,
+        worker_type=args.worker_type,
+        workers_per_node=wpn,
+        layout=layout,
+        join=bool(args.join),
+        nodes=nodes,
+        total_workers=total,
+        cluster_dir=cluster_dir,
+        scheduler_file=scheduler_file,
+        tls=bool(tls),
+        protocol=protocol,
+        timeout=timeout,
+        poll_interval=float(config.get("poll-interval")),
+        command=command,
+        jupyter=args.jupyter,
+        processes=processes,
+        notes=notes,
+    )
+
+
+def _has_dask_cuda() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("dask_cuda") is not None

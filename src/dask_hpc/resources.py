@@ -1,0 +1,102 @@
+"""CPUs and memory this process may really use: CPU affinity and cgroup limits respected."""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+@dataclass(frozen=True)
+class NodeResources:
+    """What this rank sees of its node."""
+
+    online_cpus: int  # CPUs of the machine
+    usable_cpus: int  # CPUs this process may run on (affinity and cgroup quota)
+    memory: int  # bytes this process may use (cgroup limit or physical memory)
+
+
+def _cgroup_dirs(proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:
+    """This process's cgroup directories (v2 unified and v1 controllers), innermost first."""
+    dirs: list[Path] = []
+    try:
+        lines = proc_cgroup.read_text().splitlines()
+    except OSError:
+        return dirs
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        bases = (
+            [CGROUP_ROOT]
+            if not controllers
+            else [CGROUP_ROOT / c for c in controllers.split(",")] + [CGROUP_ROOT / controllers]
+        )
+        for base in bases:
+            here = base / path.lstrip("/")
+            while base in here.parents or here == base:
+                if here.is_dir() and here not in dirs:
+                    dirs.append(here)
+                here = here.parent
+    return dirs
+
+
+def _read_number(path: Path) -> int | None:
+    try:
+        text = path.read_text().split()
+    except OSError:
+        return None
+    if not text or text[0] == "max":
+        return None
+    try:
+        return int(text[0])
+    except ValueError:
+        return None
+
+
+def cgroup_memory_limit() -> int | None:
+    """The tightest memory limit of the cgroups this process is in, or None."""
+    limits = []
+    for d in _cgroup_dirs():
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            value = _read_number(d / name)
+            if value is not None and value < 2**60:
+                limits.append(value)
+    return min(limits) if limits else None
+
+
+def cgroup_cpu_quota() -> float | None:
+    """CPUs allowed by a CFS quota (cpu.max or cpu.cfs_quota_us), or None."""
+    quotas = []
+    for d in _cgroup_dirs():
+        try:
+            quota, period = (d / "cpu.max").read_text().split()
+            if quota != "max":
+                quotas.append(int(quota) / int(period))
+            continue
+        except (OSError, ValueError):
+            pass
+        quota_us = _read_number(d / "cpu.cfs_quota_us")
+        period_us = _read_number(d / "cpu.cfs_period_us")
+        if quota_us and quota_us > 0 and period_us:
+            quotas.append(quota_us / period_us)
+    return min(quotas) if quotas else None
+
+
+def physical_memory() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def detect() -> NodeResources:
+    """CPUs and memory of this node as this process is allowed to use them."""
+    online = os.cpu_count() or 1
+    usable = len(os.sched_getaffinity(0))
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        usable = max(1, min(usable, math.floor(quota)))
+    memory = physical_memory()
+    limit = cgroup_memory_limit()
+    if limit is not None:
+        memory = min(memory, limit)
+    return NodeResources(online_cpus=online, usable_cpus=usable, memory=memory)

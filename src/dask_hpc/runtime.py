@@ -1,0 +1,337 @@
+"""Run a plan: rank 0 brings up the scheduler and waits for every worker; other ranks join.
+
+No fixed sleeps: every wait is on a condition (a pipe event, a child's exit, a file that
+appears) with a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from . import processes, security
+from .banner import ready_message
+from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
+from .errors import StartupError, UsageError
+from .plan import Plan
+from .supervisor import Child, Supervisor
+
+SHUTDOWN_GRACE = 30.0
+
+
+def say(message: str) -> None:
+    print(f"start-cluster: {message}", file=sys.stderr, flush=True)
+
+
+def exit_status(wait_status: int) -> int:
+    """A shell-style exit status (128+N for a signal) from an ``os.waitpid`` status."""
+    return os.waitstatus_to_exitcode(wait_status) if wait_status >= 0 else 1
+
+
+def _shell_code(code: int) -> int:
+    return 128 - code if code < 0 else code
+
+
+def run(plan: Plan) -> int:
+    for note in plan.notes:
+        say(note)
+    if plan.runs_scheduler:
+        return FirstRank(plan).run()
+    return WorkerRank(plan).run()
+
+
+class Rank:
+    """What every rank does: start its workers, keep them alive, stop them on request."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.sup = Supervisor()
+        self.stopping = False
+        self.scheduler_lost = False
+
+    def start_workers(self, address: str) -> None:
+        for spec in self.plan.processes:
+            if spec.role == "worker":
+                self.sup.add(spec, lambda s=spec: processes.fork(processes.worker_main, s, address))
+
+    def handle_worker_exit(self, child: Child, status: int) -> None:
+        code = exit_status(status)
+        if code == processes.EXIT_SCHEDULER_LOST:
+            self.scheduler_lost = True
+        elif code < 0 and not self.stopping and child.spec.options.get("restart"):
+            if self.sup.restart(child) is not None:
+                say(f"worker {child.spec.name} was killed by signal {-code}: restarted")
+                return
+            say(f"worker {child.spec.name} died too often: not restarted")
+        elif code not in (0,) and not self.stopping:
+            say(f"worker {child.spec.name} exited with status {_shell_code(code)}")
+
+    def enforce_memory(self) -> None:
+        import dask.config
+
+        fraction = dask.config.get("distributed.worker.memory.terminate")
+        if fraction and not self.stopping:
+            for pid in self.sup.over_memory(float(fraction)):
+                say(f"worker pid {pid} is above {fraction:.0%} of its memory limit: killed")
+                os.kill(pid, signal.SIGKILL)
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if not self.stopping:
+            self.stopping = True
+            self.sup.signal_all(sig)
+
+
+class FirstRank(Rank):
+    """Rank 0: scheduler, its own workers, readiness, COMMAND, and the shutdown of all."""
+
+    def __init__(self, plan: Plan) -> None:
+        super().__init__(plan)
+        self.info: SchedulerInfo | None = None
+        self.workers: dict[str, str] = {}  # address -> name
+        self._buffer = b""
+        self.command: subprocess.Popen[bytes] | None = None
+        self.jupyter: subprocess.Popen[bytes] | None = None
+        self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
+
+    def _on_events(self, data: bytes) -> None:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            event = json.loads(line)
+            if event["event"] == "started":
+                self.started = event
+            elif event["event"] == "add":
+                self.workers[event["address"]] = event["name"]
+            elif event["event"] == "remove":
+                self.workers.pop(event["address"], None)
+
+    def prepare_directory(self) -> security.TlsFiles | None:
+        directory = self.plan.cluster_dir
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(directory, 0o700)
+        self.plan.scheduler_file.unlink(missing_ok=True)  # never let anyone read a stale one
+        if not self.plan.tls:
+            return None
+        return security.create(directory, self.plan.rank.launch_id)
+
+    def run(self) -> int:
+        plan = self.plan
+        try:
+            tls = self.prepare_directory()
+        except OSError as error:
+            raise UsageError(
+                f"cannot prepare {plan.cluster_dir}: {error.strerror}",
+                "pass --scheduler-file in a writable shared directory",
+            ) from None
+        if tls:
+            os.environ.update(security.tls_env(tls))
+        read_fd, write_fd = os.pipe()
+        self.started: dict | None = None
+        self.sup.watch(read_fd, self._on_events)
+        spec = self.scheduler_spec
+        self.sup.add(spec, lambda: processes.fork(processes.scheduler_main, spec, write_fd))
+        os.close(write_fd)
+        try:
+            return self._serve(tls)
+        finally:
+            self._cleanup()
+
+    def _wait(self, what: str, ready: callable, timeout: float, progress: bool = False) -> bool:
+        deadline = time.monotonic() + timeout
+        shown = -1
+        while not ready():
+            if self.sup.signals or self._scheduler_gone():
+                return False
+            if time.monotonic() >= deadline:
+                return False
+            self.sup.poll(min(1.0, deadline - time.monotonic()))
+            self._handle_exits()
+            if progress and len(self.workers) != shown:
+                shown = len(self.workers)
+                say(f"workers {shown}/{self.plan.total_workers} connected")
+        return True
+
+    def _scheduler_gone(self) -> bool:
+        return not self.sup.pids("scheduler")
+
+    def _handle_exits(self) -> None:
+        while self.sup.exited:
+            child, status = self.sup.exited.pop(0)
+            if child.spec.role == "worker":
+                self.handle_worker_exit(child, status)
+
+    def _serve(self, tls: security.TlsFiles | None) -> int:
+        plan = self.plan
+        if not self._wait("scheduler", lambda: self.started is not None, plan.timeout):
+            return self._abort("the scheduler did not start")
+        self.info = SchedulerInfo(
+            address=self.started["address"],
+            dashboard_port=self.started["dashboard_port"],
+            host=socket.gethostname(),
+            launch_id=plan.rank.launch_id,
+            tls=tls,
+        )
+        write_scheduler_file(plan.scheduler_file, self.info)
+        os.environ.update(self.info.client_env())
+        self.start_workers(self.info.address)
+        ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
+        if not self._wait("workers", ready, plan.timeout, progress=True):
+            if self.sup.signals or self._scheduler_gone():
+                return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
+            return self._abort(self._missing_message())
+        jupyter_url = jupyter_port = None
+        if plan.jupyter:
+            from .jupyter import start_jupyter
+
+            self.jupyter, jupyter_url, jupyter_port = start_jupyter(plan, self.info)
+        say(ready_message(plan, self.info, jupyter_url, jupyter_port))
+        if plan.command:
+            self.command = subprocess.Popen(plan.command)
+        return self._until_done()
+
+    def _missing_message(self) -> str:
+        plan = self.plan
+        names = set(self.workers.values())
+        missing_ranks = sorted(
+            {
+                r
+                for r in range(plan.rank.size)
+                if not any(n == str(r) or n.startswith(f"{r}-") for n in names)
+            }
+        )
+        ranks = ", ".join(map(str, missing_ranks[:20])) + (
+            " ..." if len(missing_ranks) > 20 else ""
+        )
+        return (
+            f"only {len(self.workers)} of {plan.total_workers} workers connected within "
+            f"{plan.timeout:g} s; no worker from rank(s) {ranks}"
+        )
+
+    def _until_done(self) -> int:
+        status = 0
+        while True:
+            self.sup.poll(1.0)
+            self._handle_exits()
+            self.enforce_memory()
+            if self.sup.signals:
+                sig = self.sup.signals[0]
+                say(f"received signal {sig}: shutting down")
+                if self.command and self.command.poll() is None:
+                    self.command.send_signal(sig)
+                    self._wait_command(SHUTDOWN_GRACE)
+                return self._shutdown(128 + sig)
+            if self.command is not None:
+                code = self.command.poll()
+                if code is not None:
+                    status = _shell_code(code)
+                    say(f"command exited with status {status}: shutting down")
+                    return self._shutdown(status)
+            if self._scheduler_gone():
+                say("the scheduler was shut down")
+                if self.command and self.command.poll() is None:
+                    self.command.terminate()
+                    self._wait_command(SHUTDOWN_GRACE)
+                return self._shutdown(status)
+
+    def _wait_command(self, timeout: float) -> None:
+        assert self.command is not None
+        try:
+            self.command.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.command.kill()
+            self.command.wait()
+
+    def _abort(self, problem: str) -> int:
+        say(f"error: {problem}")
+        self._shutdown(0)
+        return StartupError.exit_code
+
+    def _shutdown(self, status: int) -> int:
+        """Close the scheduler (it closes every worker of every rank), then wait for ours."""
+        self.stopping = True
+        self.sup.signal_all(signal.SIGTERM, role="scheduler")
+        if not self.sup.wait_all(SHUTDOWN_GRACE):
+            say("some processes did not stop in time and were killed")
+        return status
+
+    def _cleanup(self) -> None:
+        for proc in (self.jupyter, self.command):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        if self.sup.children:
+            self.sup.signal_all(signal.SIGKILL)
+            self.sup.wait_all(10)
+        self.sup.close()
+        shutil.rmtree(self.plan.cluster_dir, ignore_errors=True)
+        if self.plan.scheduler_file.parent != self.plan.cluster_dir:
+            self.plan.scheduler_file.unlink(missing_ok=True)
+
+
+class WorkerRank(Rank):
+    """Any other rank: wait for the scheduler file, start workers, run until told to stop."""
+
+    def wait_for_scheduler(self) -> SchedulerInfo | None:
+        plan = self.plan
+        launch = None if plan.join else plan.rank.launch_id
+        deadline = time.monotonic() + plan.timeout
+        interval = plan.poll_interval
+        while True:
+            info = read_scheduler_file(plan.scheduler_file, launch)
+            if info is not None:
+                return info
+            if self.sup.signals or time.monotonic() >= deadline:
+                return None
+            self.sup.poll(
+                min(interval * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic()))
+            )
+            interval = min(interval * 1.5, 2.0)
+
+    def run(self) -> int:
+        plan = self.plan
+        try:
+            info = self.wait_for_scheduler()
+            if info is None:
+                if self.sup.signals:
+                    return 128 + self.sup.signals[0]
+                raise StartupError(
+                    f"no scheduler file from this launch at {plan.scheduler_file} after "
+                    f"{plan.timeout:g} s (rank 0 never started the scheduler)",
+                    "check rank 0's output; raise --timeout if the file system is slow",
+                )
+            if info.tls:
+                os.environ.update(security.tls_env(info.tls))
+            self.start_workers(info.address)
+            return self._until_done(info)
+        finally:
+            if self.sup.children:
+                self.sup.signal_all(signal.SIGKILL)
+                self.sup.wait_all(10)
+            self.sup.close()
+
+    def _until_done(self, info: SchedulerInfo) -> int:
+        while self.sup.children:
+            self.sup.poll(1.0)
+            if self.sup.signals and not self.stopping:
+                self.stop()
+            while self.sup.exited:
+                self.handle_worker_exit(*self.sup.exited.pop(0))
+            self.enforce_memory()
+        if self.scheduler_lost and not self.stopping:
+            say(
+                f"error: lost the scheduler at {info.address} (rank 0 or its node died?): "
+                "workers stopped"
+            )
+            return processes.EXIT_SCHEDULER_LOST
+        return 128 + self.sup.signals[0] if self.sup.signals else 0

@@ -1,0 +1,121 @@
+"""Per-cluster TLS: a fresh CA and one certificate, valid for this cluster only.
+
+The CA's private key is never written: once the cluster certificate is signed nobody, the
+owner included, can mint another one, so a certificate of another cluster is refused.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+TLS_ROLES = ("scheduler", "worker", "client")
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where a cluster's CA certificate, certificate and key live."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+    @classmethod
+    def in_directory(cls, directory: Path) -> TlsFiles:
+        return cls(directory / "ca.pem", directory / "cluster.pem", directory / "cluster.key")
+
+    def exist(self) -> bool:
+        return all(p.is_file() for p in (self.ca, self.cert, self.key))
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _write(path: Path, data: bytes, mode: int) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
+    """Make a CA and a cluster certificate in ``directory`` (key file mode 0600)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = _name(f"dask-hpc CA {cluster_id}")
+    ca_cert = (
+        x509.CertificateBuilder()
+        .subject_name(ca_name)
+        .issuer_name(ca_name)
+        .public_key(ca_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=False,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=True,
+                crl_sign=True,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(f"dask-hpc {cluster_id}"))
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(start)
+        .not_valid_after(end)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.SubjectAlternativeName(
+                [x509.DNSName(socket.gethostname()), x509.DNSName("localhost")]
+            ),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
+    files = TlsFiles.in_directory(directory)
+    pem = serialization.Encoding.PEM
+    _write(
+        files.key,
+        key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
+        0o600,
+    )
+    _write(files.cert, cert.public_bytes(pem), 0o644)
+    _write(files.ca, ca_cert.public_bytes(pem), 0o644)
+    return files
+
+
+def tls_env(files: TlsFiles) -> dict[str, str]:
+    """DASK_* variables that make every Dask role use ``files`` and require encryption."""
+    env = {
+        "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(files.ca),
+    }
+    for role in TLS_ROLES:
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__CERT"] = str(files.cert)
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__KEY"] = str(files.key)
+    return env

@@ -1,0 +1,141 @@
+"""A single-threaded loop that owns this rank's child processes and its signals.
+
+It never starts threads, so it may fork a replacement worker at any time (``--nanny``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import selectors
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psutil
+
+from .plan import ProcessSpec
+
+
+@dataclass
+class Child:
+    """A process this rank started."""
+
+    spec: ProcessSpec
+    start: Callable[[], int]  # forks it again; returns the new pid
+    restarts: int = 0
+
+
+class Supervisor:
+    """Waits for child exits, signals and pipe input, with timeouts; never sleeps blindly."""
+
+    MAX_RESTARTS = 10
+
+    def __init__(self) -> None:
+        self.children: dict[int, Child] = {}
+        self.exited: list[tuple[Child, int]] = []  # (child, wait status) not yet handled
+        self.signals: list[int] = []
+        self.selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+            fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+        self.selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._old_wakeup = signal.set_wakeup_fd(self._wake_w)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, self._note_signal)
+
+    def _note_signal(self, signum: int, frame: object) -> None:
+        if signum != signal.SIGCHLD:
+            self.signals.append(signum)
+
+    def add(self, spec: ProcessSpec, start: Callable[[], int]) -> int:
+        pid = start()
+        self.children[pid] = Child(spec, start)
+        return pid
+
+    def restart(self, child: Child) -> int | None:
+        """Fork ``child`` again (a nanny's restart), unless it restarted too often."""
+        if child.restarts >= self.MAX_RESTARTS:
+            return None
+        child.restarts += 1
+        pid = child.start()
+        self.children[pid] = child
+        return pid
+
+    def watch(self, fd: int, handler: Callable[[bytes], None]) -> None:
+        """Call ``handler`` with what arrives on ``fd`` (b"" at end of file)."""
+        self.selector.register(fd, selectors.EVENT_READ, handler)
+
+    def poll(self, timeout: float) -> None:
+        """Wait up to ``timeout`` s for a signal, a child's exit or pipe input, and record it."""
+        for key, _ in self.selector.select(max(0.0, timeout)):
+            if key.data is None:
+                try:
+                    while os.read(self._wake_r, 512):
+                        pass
+                except BlockingIOError:
+                    pass
+            else:
+                data = os.read(key.fd, 65536)
+                if not data:
+                    self.selector.unregister(key.fd)
+                key.data(data)
+        self._reap()
+
+    def _reap(self) -> None:
+        while self.children:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            child = self.children.pop(pid, None)
+            if child is not None:
+                self.exited.append((child, status))
+
+    def signal_all(self, sig: int, role: str | None = None) -> None:
+        for pid, child in list(self.children.items()):
+            if role is None or child.spec.role == role:
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+
+    def pids(self, role: str) -> list[int]:
+        return [pid for pid, child in self.children.items() if child.spec.role == role]
+
+    def wait_all(self, timeout: float) -> bool:
+        """Wait until every child has exited; SIGKILL what is left after ``timeout``."""
+        deadline = time.monotonic() + timeout
+        while self.children and time.monotonic() < deadline:
+            self.poll(min(0.5, deadline - time.monotonic()))
+        if self.children:
+            self.signal_all(signal.SIGKILL)
+            while self.children:
+                self.poll(0.5)
+            return False
+        return True
+
+    def over_memory(self, fraction: float) -> list[int]:
+        """Worker pids whose resident memory is above ``fraction`` of their limit."""
+        over = []
+        for pid, child in self.children.items():
+            limit = child.spec.options.get("memory_limit")
+            if child.spec.role != "worker" or not limit:
+                continue
+            try:
+                if psutil.Process(pid).memory_info().rss > fraction * limit:
+                    over.append(pid)
+            except psutil.Error:
+                continue
+        return over
+
+    def close(self) -> None:
+        signal.set_wakeup_fd(self._old_wakeup)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+        os.close(self._wake_r)
+        os.close(self._wake_w)
