@@ -85,16 +85,14 @@ class Supervisor:
         self._reap()
 
     def _reap(self) -> None:
-        while self.children:
+        """Collect exits of our own children only (COMMAND is reaped by its Popen)."""
+        for pid in list(self.children):
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            child = self.children.pop(pid, None)
-            if child is not None:
-                self.exited.append((child, status))
+                done, status = pid, 0
+            if done:
+                self.exited.append((self.children.pop(pid), status))
 
     def signal_all(self, sig: int, role: str | None = None) -> None:
         for pid, child in list(self.children.items()):
