@@ -33,7 +33,19 @@ class GpuNode:
     devices: tuple[str, ...]  # what to put in the visible-devices variable, one per slot
     narrowed: bool  # the launcher already narrowed this rank to these devices
     source: str  # "environment", "hardware" or "site profile"
+    tiles: int  # tiles per device (Intel Max: 2); FLAT hierarchy exposes each tile
     extra_env: Mapping[str, str]  # settings for every worker of the node
+
+    def capacity_hint(self) -> str:
+        """How many GPU workers per node fit, as advice."""
+        flat = self.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT"
+        gpus = len(self.devices) // self.tiles if flat else len(self.devices)
+        if self.vendor.name == "intel" and self.tiles > 1:
+            return (
+                f"start at most {gpus} gpu workers per node (one per GPU), "
+                f"or exactly {gpus * self.tiles} (one per tile)"
+            )
+        return f"start at most {gpus} gpu workers per node"
 
 
 def probe_count(vendor: str, root: Path = Path("/")) -> int:
@@ -104,7 +116,7 @@ def gpu_node(
                 f"{vendor.visible_var} is set but empty: this rank may use no GPU",
                 f"unset {vendor.visible_var} or give the rank a device",
             )
-        return GpuNode(vendor, visible, True, "environment", extra)
+        return GpuNode(vendor, visible, True, "environment", 1, extra)
     count = probe_count(vendor_name, root)
     source = "hardware"
     if not count and profile_count:
@@ -121,18 +133,14 @@ def gpu_node(
         if flat:
             extra["ZE_ENABLE_PCI_ID_DEVICE_ORDER"] = "1"
             slots = count * tiles
-    return GpuNode(vendor, tuple(str(i) for i in range(slots)), False, source, extra)
+    return GpuNode(vendor, tuple(str(i) for i in range(slots)), False, source, tiles, extra)
 
 
 def worker_gpu_env(node: GpuNode, index: int, workers_here: int) -> dict[str, str]:
-    """Environment that pins worker ``index`` (of ``workers_here`` started by this rank)."""
+    """Environment that pins worker ``index`` (of ``workers_here`` started by this rank).
+
+    The plan has checked that ``index`` is within the node's devices.
+    """
     if node.narrowed and len(node.devices) == 1 and workers_here == 1:
         return dict(node.extra_env)  # the launcher already gave this rank its one device
-    if index >= len(node.devices):
-        unit = "tiles" if node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
-        raise UsageError(
-            f"{index + 1} GPU workers need {index + 1} {node.vendor.name} devices, "
-            f"but only {len(node.devices)} {unit} are visible here ({node.source})",
-            f"start at most {len(node.devices)} gpu workers per node",
-        )
     return {**node.extra_env, node.vendor.visible_var: node.devices[index]}

@@ -155,7 +155,11 @@ def find_launcher(env: Mapping[str, str], override: str | None = None) -> Launch
             raise UsageError(f"unknown launcher {override!r}", f"use one of: {', '.join(table)}")
         return table[override]
     for launcher in LAUNCHERS:
-        if env.get(launcher.marker, "") != "":
+        # A marker alone is not enough: srun --mpi=cray_shasta sets PALS_RANKID without a
+        # local rank, srun --mpi=pmi2 sets PMI_RANK without hydra's MPI_LOCALRANKID.
+        if env.get(launcher.marker, "") != "" and (
+            not launcher.local_rank or _first(env, launcher.local_rank) is not None
+        ):
             return launcher
     return NONE
 

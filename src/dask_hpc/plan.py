@@ -317,7 +317,7 @@ def make_plan(
             raise UsageError(
                 f"{wpn} gpu workers per node need {wpn} {gpu_node.vendor.name} devices, "
                 f"but this node has {capacity} {unit} ({gpu_node.source})",
-                f"start at most {capacity} gpu workers per node",
+                gpu_node.capacity_hint(),
             )
         resources_opt = {"GPU": 1}
         if gpu_node.vendor.name == "nvidia":

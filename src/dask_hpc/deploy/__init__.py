@@ -1,0 +1,1 @@
+"""Deployment helpers: Apptainer definitions, image builds and batch scripts for each site."""

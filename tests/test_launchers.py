@@ -1,0 +1,201 @@
+"""Launcher detection from exact launcher environments (launchers notes), traps included."""
+
+from __future__ import annotations
+
+import pytest
+
+from dask_hpc import launchers
+from dask_hpc.errors import UsageError
+
+SBATCH_SCRIPT = {
+    "SLURM_JOB_ID": "77",
+    "SLURM_PROCID": "0",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_TASKS_PER_NODE": "4(x2)",
+}
+OPENMPI_RANK = {
+    "OMPI_COMM_WORLD_RANK": "5",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+    "OMPI_COMM_WORLD_SIZE": "8",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    "OMPI_COMM_WORLD_NODE_RANK": "1",
+    "PMIX_RANK": "5",
+    "OMPI_MCA_ess_base_jobid": "1659174913",
+}
+HYDRA_RANK = {
+    "PMI_RANK": "6",
+    "PMI_SIZE": "8",
+    "MPI_LOCALRANKID": "2",
+    "MPI_LOCALNRANKS": "4",
+    "PMI_FD": "99999",
+}
+
+
+def detect(env: dict[str, str], override: str | None = None) -> launchers.RankInfo:
+    return launchers.detect(env, override, pid=42, host="nodeA")
+
+
+def test_no_launcher_is_local_mode() -> None:
+    info = detect({"HOME": "/home/u"})
+    assert (info.launcher, info.rank, info.size, info.local_size) == ("none", 0, 1, 1)
+    assert info.launch_id == "local-nodeA-42"
+
+
+def test_salloc_shell_has_job_variables_only_and_is_no_launch() -> None:
+    assert (
+        detect({"SLURM_JOB_ID": "12", "SLURM_NTASKS": "4", "SLURM_NNODES": "2"}).launcher == "none"
+    )
+
+
+def test_srun_step() -> None:
+    env = {
+        "SLURM_JOB_ID": "12",
+        "SLURM_STEP_ID": "3",
+        "SLURM_PROCID": "5",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "1",
+        "SLURM_STEP_NUM_TASKS": "6",
+        "SLURM_NTASKS": "6",
+        "SLURM_STEP_TASKS_PER_NODE": "4,2",
+    }
+    info = detect(env)
+    assert (info.launcher, info.rank, info.local_rank, info.size, info.local_size) == (
+        "slurm",
+        5,
+        1,
+        6,
+        2,
+    )
+    assert info.launch_id == "12-3" and info.job_id == "12"
+
+
+@pytest.mark.parametrize(
+    ("spec", "node", "expected"),
+    [
+        ("4", "0", 4),
+        ("2(x3)", "2", 2),
+        ("4,1,1", "2", 1),
+        ("3(x2),1", "2", 1),
+    ],
+)
+def test_slurm_tasks_per_node_forms(spec: str, node: str, expected: int) -> None:
+    assert (
+        launchers.slurm_local_size({"SLURM_STEP_TASKS_PER_NODE": spec, "SLURM_NODEID": node})
+        == expected
+    )
+
+
+def test_mpiexec_inside_sbatch_is_open_mpi_not_slurm() -> None:
+    info = detect({**SBATCH_SCRIPT, **OPENMPI_RANK})
+    assert (info.launcher, info.rank, info.local_rank, info.size) == ("openmpi", 5, 1, 8)
+    assert info.launch_id.startswith("77-")  # job-scoped
+
+
+def test_mpich_inside_sbatch_with_hydra_step_id_is_mpich() -> None:
+    info = detect({**SBATCH_SCRIPT, "SLURM_STEP_ID": "0", **HYDRA_RANK})
+    assert (info.launcher, info.rank, info.local_rank, info.size, info.local_size) == (
+        "mpich",
+        6,
+        2,
+        8,
+        4,
+    )
+
+
+def test_pals_on_aurora_ignores_pbs_task_variables() -> None:
+    env = {
+        "PBS_JOBID": "4242.aurora-pbs",
+        "PBS_TASKNUM": "1",
+        "PBS_NODENUM": "0",
+        "PALS_RANKID": "7",
+        "PALS_LOCAL_RANKID": "1",
+        "PALS_NODEID": "1",
+        "PALS_APID": "b2c4",
+        "PMI_RANK": "7",
+        "PMI_SIZE": "12",
+        "PMI_LOCAL_RANK": "1",
+        "PMI_LOCAL_SIZE": "6",
+    }
+    info = detect(env)
+    assert (info.launcher, info.rank, info.local_rank, info.size, info.local_size) == (
+        "pals",
+        7,
+        1,
+        12,
+        6,
+    )
+    assert info.launch_id == "4242.aurora-pbs-b2c4"
+
+
+def test_jsrun_with_spectrum_mpi_variables() -> None:
+    env = {
+        "LSB_JOBID": "991",
+        "JSM_NAMESPACE_RANK": "3",
+        "JSM_NAMESPACE_LOCAL_RANK": "0",
+        "JSM_NAMESPACE_SIZE": "4",
+        "OMPI_COMM_WORLD_RANK": "3",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "4",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "PMIX_RANK": "3",
+    }
+    info = detect(env)
+    assert (info.launcher, info.rank, info.size, info.local_size) == ("jsrun", 3, 4, 1)
+    assert info.launch_id.startswith("991")
+
+
+def test_srun_cray_shasta_without_pals_local_rank_is_slurm() -> None:
+    env = {
+        "SLURM_JOB_ID": "5",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "PALS_RANKID": "1",
+        "PALS_NODEID": "0",
+    }
+    assert detect(env).launcher == "slurm"
+
+
+def test_srun_pmi2_sets_pmi_rank_but_is_slurm() -> None:
+    env = {
+        "SLURM_JOB_ID": "5",
+        "SLURM_STEP_ID": "0",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODEID": "0",
+        "SLURM_STEP_NUM_TASKS": "2",
+        "SLURM_STEP_TASKS_PER_NODE": "2",
+        "PMI_RANK": "1",
+        "PMI_SIZE": "2",
+    }
+    assert detect(env).launcher == "slurm"
+
+
+def test_override_picks_the_launcher() -> None:
+    assert detect({**SBATCH_SCRIPT, **OPENMPI_RANK}, "slurm").launcher == "slurm"
+    assert detect(OPENMPI_RANK, "none").launcher == "none"
+
+
+def test_unknown_launcher_names_the_choices() -> None:
+    with pytest.raises(UsageError, match="unknown launcher 'lsf'.*jsrun, pals, openmpi"):
+        detect({}, "lsf")
+
+
+def test_override_without_its_variables_is_a_clear_error() -> None:
+    with pytest.raises(UsageError, match="launcher pals: rank variable PALS_RANKID is missing"):
+        detect({}, "pals")
+
+
+def test_inconsistent_ranks_are_rejected() -> None:
+    with pytest.raises(UsageError, match="inconsistent rank 9/8"):
+        detect({**OPENMPI_RANK, "OMPI_COMM_WORLD_RANK": "9"})
+
+
+def test_mpich_without_pmi_socket_or_job_cannot_be_identified() -> None:
+    with pytest.raises(UsageError, match="nothing in the environment identifies this launch"):
+        detect(HYDRA_RANK)
