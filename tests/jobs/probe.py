@@ -16,11 +16,10 @@ PINNING = (
 )
 
 
-def worker_view():
+def worker_view(dask_worker):
     import dask
-    from distributed import get_worker
 
-    worker = get_worker()
+    worker = dask_worker
     return {
         "env": {k: os.environ[k] for k in PINNING if k in os.environ},
         "pid": os.getpid(),

@@ -1,0 +1,137 @@
+"""Bad input: one line on stderr naming the problem and the fix, non-zero exit, no traceback,
+nothing started (the harness's leak check runs after every test)."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import start_cluster
+from harness.mpi import mpich
+
+
+def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == code, result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("start-cluster: error: "), lines
+    assert "Traceback" not in result.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["tpu", "2"], ["argument {cpu,gpu}: invalid choice: 'tpu'", "see start-cluster --help"]),
+        (["cpu", "0"], ["'0' is not a positive integer"]),
+        (["cpu", "two"], ["'two' is not a positive integer"]),
+        (["cpu", "2.5"], ["'2.5' is not a positive integer"]),
+        (["cpu"], ["the following arguments are required: WORKERS_PER_NODE"]),
+        (
+            ["cpu", "2", "--site", "hopper"],
+            ["unknown site 'hopper'", "use one of: aurora, deepops"],
+        ),
+        (["cpu", "2", "--launcher", "aprun"], ["unknown launcher 'aprun'", "use one of: jsrun"]),
+        (["cpu", "2", "--launcher", "pals"], ["PALS_RANKID is missing", "--launcher"]),
+        (
+            ["cpu", "2", "--memory-limit", "lots"],
+            ["--memory-limit 'lots' is not a memory size", "16GB"],
+        ),
+        (["cpu", "2", "--timeout", "-1"], ["'-1' is not a positive number of seconds"]),
+        (["cpu", "2", "--interface", "ib7"], ["network interface 'ib7'", "use one of:", "lo"]),
+        (
+            ["cpu", "2", "--local-directory", "/proc/forbidden"],
+            ["local directory /proc/forbidden is not usable", "--local-directory"],
+        ),
+        (["cpu", "2", "--dashboard-address", "localhost"], ["has no port", "HOST:PORT"]),
+        (["cpu", "2", "--scheduler-port", "70000"], ["70000 is not a port number"]),
+        (["gpu", "1"], ["no GPU was found on this node", "cpu workers"]),
+        (
+            ["gpu", "5", "--site", "polaris"],
+            ["5 gpu workers per node need 5 nvidia devices", "4 GPUs (site profile)", "at most 4"],
+        ),
+        (
+            ["gpu", "13", "--site", "aurora"],
+            ["13 gpu workers per node", "exactly 12 (one per tile)"],
+        ),
+        (["cpu", "2", "--", "no-such-program-xyz"], ["command 'no-such-program-xyz' not found"]),
+        (["cpu", "2", "--"], ["'--' is not followed by a command"]),
+        (["cpu", "2", "--join", "/nonexistent/scheduler.json"], ["no such scheduler file"]),
+        (["cpu", "2", "--no-tls", "--protocol", "tls"], ["--protocol tls needs TLS"]),
+        (["cpu", "2", "--protocol", "tcp"], ["unencrypted while TLS is on", "--no-tls"]),
+    ],
+)
+def test_bad_input(run_cmd, cluster_env, args: list[str], fragments: list[str]) -> None:
+    result = run_cmd([*start_cluster(), *args], env=cluster_env, timeout=30)
+    assert_one_line_error(result, *fragments)
+
+
+def test_port_taken(run_cmd, cluster_env) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = run_cmd(
+            [*start_cluster(), "cpu", "1", "--scheduler-port", str(port)],
+            env=cluster_env,
+            timeout=30,
+        )
+        assert_one_line_error(
+            result, f"port {port} on 127.0.0.1 is already in use", "--scheduler-port"
+        )
+        result = run_cmd(
+            [*start_cluster(), "cpu", "1", "--dashboard-address", f"127.0.0.1:{port}"],
+            env=cluster_env,
+            timeout=30,
+        )
+        assert_one_line_error(result, f"port {port}", "--dashboard-address")
+
+
+def test_unusable_scheduler_directory(run_cmd, cluster_env, tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_cmd(
+        [*start_cluster(), "cpu", "1", "--scheduler-file", str(blocker / "sub" / "s.json")],
+        env=cluster_env,
+        timeout=30,
+    )
+    assert_one_line_error(result, "scheduler directory", "is not usable", "--scheduler-file")
+
+
+def test_layout_mismatch_under_real_mpich(run_cmd, cluster_env) -> None:
+    result = run_cmd([*mpich(3), *start_cluster(), "cpu", "2"], env=cluster_env, timeout=60)
+    assert result.returncode != 0
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("start-cluster: error:")]
+    assert len(errors) == 3  # one line per rank, each naming both numbers
+    assert all("this node runs 3 ranks but WORKERS_PER_NODE is 2" in ln for ln in errors)
+    assert "Traceback" not in result.stderr
+
+
+def test_scheduler_that_never_appears(run_cmd, cluster_env, tmp_path: Path) -> None:
+    """A worker rank whose rank 0 never starts stops after --timeout, naming the file."""
+    env = {
+        **cluster_env,
+        "OMPI_COMM_WORLD_RANK": "1",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "2",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_MCA_ess_base_jobid": "4711",
+    }
+    result = run_cmd([*start_cluster(), "cpu", "1", "--timeout", "1.5"], env=env, timeout=30)
+    assert_one_line_error(
+        result,
+        "no scheduler file from this launch at",
+        "dask-hpc-4711/scheduler.json",
+        "after 1.5 s",
+        "--timeout",
+        code=3,
+    )
+
+
+def test_python_dash_m_is_the_same_command(run_cmd, cluster_env) -> None:
+    result = run_cmd([sys.executable, "-m", "dask_hpc", "cpu", "0"], env=cluster_env)
+    assert_one_line_error(result, "'0' is not a positive integer")
