@@ -8,6 +8,7 @@ and exits with a status that tells the rank why it ended (see ``EXIT_*``).
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import json
 import logging
 import os
@@ -30,13 +31,33 @@ EXIT_SCHEDULER_LOST = 4  # the scheduler went away without closing the worker
 CLEAN_REASONS = ("scheduler-close", "start-cluster-signal", "scheduler-shutdown")
 
 
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int, parent: int) -> None:
+    """Have Linux send ``sig`` to this process when ``parent`` (its rank) dies.
+
+    Without it a rank killed with SIGKILL (OOM killer, a launcher's kill) leaves its scheduler
+    or workers running, orphaned, until the job ends. Call it in the child, right after fork.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: best effort
+        return
+    if os.getppid() != parent:  # the rank died before prctl took effect
+        os.kill(os.getpid(), sig)
+
+
 def fork(target: Callable[..., int], *args: Any) -> int:
-    """Run ``target(*args)`` in a forked child; return the child's pid."""
+    """Run ``target(*args)`` in a forked child that dies with this process; return its pid."""
+    parent = os.getpid()
     pid = os.fork()
     if pid:
         return pid
     code = EXIT_FAILED
     try:
+        die_with_parent(signal.SIGKILL, parent)
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
         signal.set_wakeup_fd(-1)

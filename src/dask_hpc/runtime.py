@@ -193,7 +193,11 @@ class FirstRank(Rank):
             self.jupyter, jupyter_url, jupyter_port = start_jupyter(plan, self.info)
         say(ready_message(plan, self.info, jupyter_url, jupyter_port))
         if plan.command:
-            self.command = subprocess.Popen(plan.command)
+            parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
+            self.command = subprocess.Popen(
+                plan.command,
+                preexec_fn=lambda: processes.die_with_parent(signal.SIGTERM, parent),
+            )
         return self._until_done()
 
     def _missing_message(self) -> str:
