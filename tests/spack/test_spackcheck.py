@@ -1,0 +1,249 @@
+"""Structural checks of the Spack environments (no Spack needed; see spack/README.md)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dask_hpc.deploy import spackcheck
+from dask_hpc.deploy.spackcheck import SITE_ENVS, SpackCheckError, check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    """A copy of everything the checks read, to break on purpose."""
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "spack.yaml", tmp_path / "spack.yaml")
+    shutil.copytree(ROOT / "spack", tmp_path / "spack",
+                    ignore=shutil.ignore_patterns("__pycache__", ".spack-env", "spack.lock"))
+    shutil.copytree(ROOT / "src" / "dask_hpc" / "sites", tmp_path / "src" / "dask_hpc" / "sites")
+    return tmp_path
+
+
+def edit(path: Path, old: str, new: str, count: int = 1) -> None:
+    """Replace text in a file, insisting that it was there."""
+    text = path.read_text()
+    assert text.count(old) >= count, f"{old!r} not in {path}"
+    path.write_text(text.replace(old, new))
+
+
+def problems(root: Path) -> str:
+    """The checker's complaints for a tree that must be rejected."""
+    with pytest.raises(SpackCheckError) as info:
+        check(root)
+    return str(info.value)
+
+
+def test_repository_passes() -> None:
+    check(ROOT)
+
+
+def test_copy_passes(repo: Path) -> None:
+    check(repo)
+
+
+def test_command_line(repo: Path) -> None:
+    ok = subprocess.run([sys.executable, "-m", "dask_hpc.deploy.spackcheck", str(repo)],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    edit(repo / "spack" / "common.yaml", "py-numpy\n", "py-nummpy\n")
+    bad = subprocess.run([sys.executable, "-m", "dask_hpc.deploy.spackcheck", str(repo)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 1
+    assert "unknown package 'py-nummpy'" in bad.stderr
+
+
+def test_every_site_has_an_environment() -> None:
+    sites = {p.stem for p in (ROOT / "src" / "dask_hpc" / "sites").glob("*.yaml")}
+    assert set(SITE_ENVS.values()) == sites
+    for env in SITE_ENVS:
+        assert (ROOT / "spack" / "envs" / env / "spack.yaml").is_file()
+
+
+def test_pins_match_pyproject() -> None:
+    """The one pin in common.yaml equals pyproject.toml's dask and distributed pins."""
+    py = spackcheck.pyproject_info(ROOT)
+    common = yaml.safe_load((ROOT / "spack" / "common.yaml").read_text())
+    req = common["packages"]["py-dask"]["require"][0]
+    assert req.startswith(f"@{py['pins']['dask']} ")
+    assert common["packages"]["py-distributed"]["require"] == [f"@{py['pins']['distributed']}"]
+
+
+def test_summit_is_power9_with_old_cuda() -> None:
+    env = yaml.safe_load((ROOT / "spack" / "envs" / "summit" / "spack.yaml").read_text())
+    pkgs = env["spack"]["packages"]
+    assert pkgs["all"]["require"] == ["target=power9le"]
+    (cuda,) = pkgs["cuda"]["externals"]
+    major, minor = map(int, re.match(r"cuda@(\d+)\.(\d+)", cuda["spec"]).groups())
+    assert (major, minor) <= (12, 4)
+
+
+def test_recipes_parse_without_spack() -> None:
+    info = spackcheck.recipe_info(
+        spackcheck.our_repo(ROOT) / "packages" / "py_dask_hpc" / "package.py")
+    assert info["classes"] == {
+        "PyDaskHpc": ["spack_repo.builtin.build_systems.python.PythonPackage"]}
+    assert "0.1.0" in info["versions"]
+
+
+@pytest.mark.parametrize("spec, names", [
+    ("py-dask@2026.8.0 +array +dataframe", ["py-dask"]),
+    ("py-cupy +cuda cuda_arch=80 ^cuda@12.6 %gcc", ["py-cupy", "cuda", "gcc"]),
+    ("%c,cxx=gcc", ["gcc"]),
+    ("target=zen3", []),
+    ("cuda_arch=70", []),
+    ("$dask_stack", []),
+])
+def test_spec_names(spec: str, names: list[str]) -> None:
+    assert spackcheck.spec_names(spec) == names
+
+
+Breaker = Callable[[Path], None]
+ENVS = Path("spack") / "envs"
+
+
+def _unpin_distributed(r: Path) -> None:
+    edit(r / "spack" / "common.yaml", "require: ['@2026.8.0']", "require: ['@2026.3.0']")
+
+
+def _drop_include(r: Path) -> None:
+    edit(r / ENVS / "polaris" / "spack.yaml", "  - ../../common.yaml\n", "")
+
+
+def _wrong_include(r: Path) -> None:
+    edit(r / ENVS / "perlmutter" / "spack.yaml", "../../common.yaml", "../common.yaml")
+
+
+def _wrong_target(r: Path) -> None:
+    edit(r / ENVS / "thetagpu" / "spack.yaml", "target=zen2", "target=zen3")
+
+
+def _wrong_cuda_arch(r: Path) -> None:
+    edit(r / ENVS / "deepops" / "spack.yaml", "cuda_arch=80", "cuda_arch=90")
+
+
+def _summit_new_cuda(r: Path) -> None:
+    edit(r / ENVS / "summit" / "spack.yaml", "cuda@12.4.1", "cuda@12.6.3")
+    edit(r / "src" / "dask_hpc" / "sites" / "summit.yaml", "cuda:12.4.1", "cuda:12.6.3")
+
+
+def _summit_x86(r: Path) -> None:
+    edit(r / ENVS / "summit" / "spack.yaml", "target=power9le", "target=x86_64")
+
+
+def _frontier_wrong_gpu(r: Path) -> None:
+    edit(r / ENVS / "frontier" / "spack.yaml", "amdgpu_target=gfx90a", "amdgpu_target=gfx942",
+         count=2)
+
+
+def _frontier_rocm_mismatch(r: Path) -> None:
+    edit(r / ENVS / "frontier" / "spack.yaml", "hip@6.2.4", "hip@6.4.0")
+
+
+def _unknown_package(r: Path) -> None:
+    edit(r / ENVS / "aurora" / "spack.yaml", "  - intel-oneapi-compilers\n",
+         "  - intel-oneapi-compilers\n  - py-dpnp\n")
+
+
+def _aurora_no_dpnp(r: Path) -> None:
+    edit(r / ENVS / "aurora" / "pypi.txt", "dpnp==0.20.*\n", "")
+
+
+def _pin_in_site(r: Path) -> None:
+    edit(r / ENVS / "local" / "spack.yaml", "  packages:\n",
+         "  packages:\n    py-dask:\n      require: ['@2026.3.0']\n")
+
+
+def _recipe_version(r: Path) -> None:
+    edit(r / "pyproject.toml", 'version = "0.1.0"', 'version = "0.2.0"')
+
+
+def _recipe_class(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+         "class PyDaskHpc(", "class PyDaskHPC(")
+
+
+def _recipe_dep_pin(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+         'depends_on("py-distributed@2026.8.0")', 'depends_on("py-distributed@2026.3.0")')
+
+
+def _recipe_missing_dep(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+         '        depends_on("py-psutil@5.9:")\n', "")
+
+
+def _overlay_no_sha(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "packages" / "py_dask" / "package.py",
+         'version("2026.8.0", sha256="8a94', 'version("2026.8.1", sha256="8a94')
+
+
+def _namespace(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "repo.yaml", "namespace: dask_hpc", "namespace: daskhpc")
+
+
+def _missing_env(r: Path) -> None:
+    shutil.rmtree(r / ENVS / "perlmutter")
+
+
+def _dataframe_dropped(r: Path) -> None:
+    edit(r / "spack" / "common.yaml", " +dataframe", "")
+
+
+def _url(r: Path) -> None:
+    edit(r / "spack" / "common.yaml", "packages:\n", "# see https://example.org/x\npackages:\n")
+
+
+def _no_host_compatible(r: Path) -> None:
+    edit(r / ENVS / "aurora" / "spack.yaml", "host_compatible: false", "host_compatible: true")
+
+
+def _broken_yaml(r: Path) -> None:
+    edit(r / ENVS / "polaris" / "spack.yaml", "  specs:\n", "  specs: [\n")
+
+
+@pytest.mark.parametrize("breaker, message", [
+    (_unpin_distributed, "py-dask pinned to 2026.8.0 but py-distributed to 2026.3.0"),
+    (_drop_include, "polaris/spack.yaml: does not include spack/common.yaml"),
+    (_wrong_include, "included file"),
+    (_wrong_target, "target ['zen3'], site yaml says spack_target 'zen2'"),
+    (_wrong_cuda_arch, "py-cupy must require +cuda cuda_arch=80"),
+    (_summit_new_cuda, "the last with ppc64le installers is 12.4"),
+    (_summit_x86, "site yaml says spack_target 'power9le'"),
+    (_frontier_wrong_gpu, "py-cupy must require +rocm amdgpu_target=gfx90a"),
+    (_frontier_rocm_mismatch, "ROCm external 'hip@6.4.0' differs from the base image"),
+    (_unknown_package, "unknown package 'py-dpnp'"),
+    (_aurora_no_dpnp, "must list dpnp"),
+    (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
+    (_recipe_version, "lack pyproject.toml's 0.2.0"),
+    (_recipe_class, "Spack expects class PyDaskHpc"),
+    (_recipe_dep_pin, "pyproject.toml pins distributed==2026.8.0"),
+    (_recipe_missing_dep, "no depends_on('py-psutil...')"),
+    (_overlay_no_sha, "py_dask recipe: no version('2026.8.0'"),
+    (_namespace, "namespace 'daskhpc' must be 'dask_hpc'"),
+    (_missing_env, "perlmutter/spack.yaml: missing"),
+    (_dataframe_dropped, "py-dask must require +dataframe explicitly"),
+    (_url, "contains a URL"),
+    (_no_host_compatible, "host_compatible must be false"),
+    (_broken_yaml, "cannot read YAML"),
+], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
+def test_broken_copy_is_rejected(repo: Path, breaker: Breaker, message: str) -> None:
+    breaker(repo)
+    assert message in problems(repo)
+
+
+def test_pyproject_pin_change_is_caught(repo: Path) -> None:
+    """Bumping dask in pyproject.toml alone leaves Spack behind: rejected."""
+    edit(repo / "pyproject.toml", "==2026.8.0", "==2026.9.0", count=2)
+    found = problems(repo)
+    assert "py-dask pinned to 2026.8.0, pyproject.toml pins dask==2026.9.0" in found
+    assert "py-distributed pinned to 2026.8.0, pyproject.toml pins distributed==2026.9.0" in found
