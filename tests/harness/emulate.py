@@ -83,6 +83,7 @@ def emulated_pals(
     env = pbs_job_env(wd, hosts, jobid, ncpus)
     env.update(
         DASK_HPC_EMU_HOSTS=" ".join(hosts),
+        DASK_HPC_EMU_PPN=str(ppn),
         DASK_HPC_EMU_APID=apid,
         DASK_HPC_EMU_DEPTH=str(depth),
         DASK_HPC_EMU_SPOOL=str(spool),

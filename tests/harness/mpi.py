@@ -55,14 +55,20 @@ def openmpi(
     hosts: Sequence[str] | None = None,
     ppn: int | None = None,
     hostfile: str | os.PathLike[str] | None = None,
+    ignore_slurm: bool = False,
     extra: Sequence[str] = (),
 ) -> list[str]:
     """``mpiexec.openmpi -n N`` on this host, or over made-up ``hosts`` (``ppn`` per host).
+
+    ``ignore_slurm`` keeps Open MPI from using a Slurm allocation it sees in the environment
+    (for emulated sbatch environments where no Slurm runs).
 
     With ``hosts`` (or a ``hostfile`` of made-up names) each host gets its own ``orted``
     started through ``fake-rsh``, so ``OMPI_COMM_WORLD_LOCAL_RANK`` restarts per host.
     """
     argv = [*OPENMPI_BASE, "-n", str(n)]
+    if ignore_slurm:
+        argv += ["--mca", "ras", "^slurm", "--mca", "plm", "^slurm", "--mca", "ess", "^slurm"]
     if hosts is not None and hostfile is None:
         hostfile = write_hostfile(hosts, slots=ppn or n)
     if hostfile is not None:
@@ -88,12 +94,21 @@ def mpich(
     *,
     hosts: Sequence[str] | None = None,
     ppn: int | None = None,
+    launcher: str | None = None,
     extra: Sequence[str] = (),
 ) -> list[str]:
-    """``mpiexec.mpich -n N`` on this host, or over made-up ``hosts`` with ``-launcher fork``."""
+    """``mpiexec.mpich -n N`` on this host, or over made-up ``hosts`` with ``-launcher fork``.
+
+    ``launcher="fork"`` without hosts stops hydra from starting its proxies through ``srun``
+    when it sees Slurm variables (it does inside an sbatch script).
+    """
     argv = [MPICH]
     if hosts is not None:
-        argv += ["-launcher", "fork", "-hosts", ",".join(hosts)]
+        launcher = launcher or "fork"
+    if launcher is not None:
+        argv += ["-launcher", launcher]
+    if hosts is not None:
+        argv += ["-hosts", ",".join(hosts)]
     argv += ["-n", str(n)]
     if ppn is not None:
         argv += ["-ppn", str(ppn)]

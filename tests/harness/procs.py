@@ -23,7 +23,6 @@ MPI_LOOPBACK_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
     "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
     "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    "HYDRA_IFACE": "lo",
 }
 
 
