@@ -117,6 +117,9 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         reporter = _Reporter(events_fd)
         scheduler.add_plugin(reporter)
         _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
+        asyncio.get_running_loop().add_signal_handler(
+            signal.SIGUSR1, lambda: close_workers(scheduler)
+        )
         await scheduler
         reporter.send(
             event="started",
@@ -129,6 +132,13 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
 
     asyncio.run(serve())
     return EXIT_CLOSED
+
+
+def close_workers(scheduler: Scheduler) -> None:
+    """Close every worker, keeping the scheduler up, so that the rank can see them go."""
+    for comm in list(scheduler.stream_comms.values()):
+        if not comm.closed():
+            comm.send({"op": "close", "reason": "scheduler-close"})
 
 
 class _TrackedWorker(Worker):

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 from . import processes, security
 from .banner import ready_message
@@ -24,6 +25,7 @@ from .plan import Plan
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
+WORKERS_LEAVE_TIMEOUT = 10.0
 
 
 def say(message: str) -> None:
@@ -55,6 +57,7 @@ class Rank:
         self.sup = Supervisor()
         self.stopping = False
         self.scheduler_lost = False
+        self.closed_by_scheduler = False
 
     def start_workers(self, address: str) -> None:
         for spec in self.plan.processes:
@@ -63,6 +66,8 @@ class Rank:
 
     def handle_worker_exit(self, child: Child, status: int) -> None:
         code = exit_status(status)
+        if code == processes.EXIT_CLOSED and not self.stopping:
+            self.closed_by_scheduler = True
         if code == processes.EXIT_SCHEDULER_LOST:
             self.scheduler_lost = True
         elif code < 0 and not self.stopping and child.spec.options.get("restart"):
@@ -143,11 +148,18 @@ class FirstRank(Rank):
         finally:
             self._cleanup()
 
-    def _wait(self, what: str, ready: callable, timeout: float, progress: bool = False) -> bool:
+    def _wait(
+        self,
+        what: str,
+        ready: Callable[[], bool],
+        timeout: float,
+        progress: bool = False,
+        interruptible: bool = True,
+    ) -> bool:
         deadline = time.monotonic() + timeout
         shown = -1
         while not ready():
-            if self.sup.signals or self._scheduler_gone():
+            if (interruptible and self.sup.signals) or self._scheduler_gone():
                 return False
             if time.monotonic() >= deadline:
                 return False
@@ -258,8 +270,21 @@ class FirstRank(Rank):
         return StartupError.exit_code
 
     def _shutdown(self, status: int) -> int:
-        """Close the scheduler (it closes every worker of every rank), then wait for ours."""
+        """Close every worker of every rank, see them go, then close the scheduler.
+
+        Waiting for the workers first lets the other ranks end before this one: a launcher
+        that kills the remaining ranks when one exits (srun --kill-on-bad-exit, Open MPI)
+        then has nobody left to kill, and reports COMMAND's status.
+        """
         self.stopping = True
+        if self.workers and not self._scheduler_gone():
+            self.sup.signal_all(signal.SIGUSR1, role="scheduler")
+            self._wait(
+                "workers to leave",
+                lambda: not self.workers,
+                WORKERS_LEAVE_TIMEOUT,
+                interruptible=False,
+            )
         self.sup.signal_all(signal.SIGTERM, role="scheduler")
         if not self.sup.wait_all(SHUTDOWN_GRACE):
             say("some processes did not stop in time and were killed")
@@ -338,4 +363,6 @@ class WorkerRank(Rank):
                 "workers stopped"
             )
             return processes.EXIT_SCHEDULER_LOST
-        return 128 + self.sup.signals[0] if self.sup.signals else 0
+        if self.sup.signals and not self.closed_by_scheduler:
+            return 128 + self.sup.signals[0]
+        return 0  # closed by the scheduler: a signal after that is the launcher tidying up
