@@ -66,7 +66,7 @@ for env in "${envs[@]}"; do
   else
     took=$(( $(date +%s) - start ))
     echo "FAIL $env ${took}s (log below)"
-    tail -40 "$log"
+    grep -q Error "$log" && sed -n "/Error/,\$p" "$log" | head -60 || tail -60 "$log"
     status=1
   fi
 done

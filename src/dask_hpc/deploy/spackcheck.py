@@ -111,8 +111,9 @@ def pyproject_info(root: Path) -> dict[str, Any]:
         version: str = project["version"]
     else:  # pragma: no cover - only on 3.10
         version = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)  # type: ignore
-        deps = re.findall(r'^\s*"([^"]+)",?\s*$', text.split("dependencies", 1)[1].split("]")[0],
-                          re.M)
+        deps = re.findall(
+            r'^\s*"([^"]+)",?\s*$', text.split("dependencies", 1)[1].split("]")[0], re.M
+        )
         extras = {"cuda": re.findall(r'"(dask-cuda[^"]*)"', text)}
     pins: dict[str, str] = {}
     names: dict[str, str] = {}
@@ -125,8 +126,12 @@ def pyproject_info(root: Path) -> dict[str, Any]:
         exact = re.match(r"==\s*([0-9][0-9A-Za-z.*]*)$", m.group(3).strip())
         if exact:
             pins[name] = exact.group(1)
-    return {"version": version, "requirements": names, "pins": pins,
-            "runtime": [n for n in names if n != "dask-cuda"]}
+    return {
+        "version": version,
+        "requirements": names,
+        "pins": pins,
+        "runtime": [n for n in names if n != "dask-cuda"],
+    }
 
 
 def read_env(env_dir: Path) -> tuple[dict[str, Any], list[tuple[Path, dict[str, Any]]]]:
@@ -169,8 +174,11 @@ def _externals(section: Any) -> list[str]:
     """The external spec strings of one ``packages:`` entry."""
     if not isinstance(section, dict):
         return []
-    return [e["spec"] for e in section.get("externals", []) or [] if isinstance(e, dict)
-            and isinstance(e.get("spec"), str)]
+    return [
+        e["spec"]
+        for e in section.get("externals", []) or []
+        if isinstance(e, dict) and isinstance(e.get("spec"), str)
+    ]
 
 
 class _Scopes:
@@ -235,15 +243,19 @@ def recipe_info(path: Path) -> dict[str, Any]:
             first = call.args[0] if call.args else None
             if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
                 continue
-            kwargs = {k.arg: k.value.value for k in call.keywords
-                      if k.arg and isinstance(k.value, ast.Constant)}
+            kwargs = {
+                k.arg: k.value.value
+                for k in call.keywords
+                if k.arg and isinstance(k.value, ast.Constant)
+            }
             if call.func.id == "version":
                 versions[first.value] = kwargs
             elif call.func.id == "depends_on":
                 depends.append(first.value)
     return {
-        "classes": {c.name: [imports.get(ast.unparse(b), ast.unparse(b)) for b in c.bases]
-                    for c in classes},
+        "classes": {
+            c.name: [imports.get(ast.unparse(b), ast.unparse(b)) for b in c.bases] for c in classes
+        },
         "versions": versions,
         "depends": depends,
     }
@@ -278,8 +290,10 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
     if not isinstance(meta, dict) or not isinstance(meta.get("repo"), dict):
         return [f"{repo}/repo.yaml: missing or without a 'repo:' mapping"], set()
     if meta["repo"].get("namespace") != repo.name:
-        problems.append(f"{repo}/repo.yaml: namespace {meta['repo'].get('namespace')!r} must be "
-                        f"{repo.name!r}, the directory name below spack_repo/ (Spack derives it)")
+        problems.append(
+            f"{repo}/repo.yaml: namespace {meta['repo'].get('namespace')!r} must be "
+            f"{repo.name!r}, the directory name below spack_repo/ (Spack derives it)"
+        )
     if not str(meta["repo"].get("api", "")).startswith("v2."):
         problems.append(f"{repo}/repo.yaml: api must be v2.x (Spack 1.x layout)")
     names = set()
@@ -295,8 +309,9 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
         recipes[pkg_dir] = info
         want = class_name(pkg_dir)
         if want not in info["classes"]:
-            problems.append(f"{pkg_py}: defines {sorted(info['classes'])}, Spack expects "
-                            f"class {want}")
+            problems.append(
+                f"{pkg_py}: defines {sorted(info['classes'])}, Spack expects class {want}"
+            )
     expected = {
         "py_dask_hpc": "spack_repo.builtin.build_systems.python.PythonPackage",
         "py_dask": "spack_repo.builtin.packages.py_dask.package.PyDask",
@@ -309,32 +324,42 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
             continue
         bases = info["classes"].get(class_name(pkg_dir), [])
         if base not in bases:
-            problems.append(f"{repo}/packages/{pkg_dir}/package.py: class {class_name(pkg_dir)} "
-                            f"must derive from {base}, found {bases}")
+            problems.append(
+                f"{repo}/packages/{pkg_dir}/package.py: class {class_name(pkg_dir)} "
+                f"must derive from {base}, found {bases}"
+            )
     hpc = recipes.get("py_dask_hpc")
     if hpc is not None:
         if py["version"] not in hpc["versions"]:
-            problems.append(f"py-dask-hpc recipe versions {sorted(hpc['versions'])} lack "
-                            f"pyproject.toml's {py['version']}")
+            problems.append(
+                f"py-dask-hpc recipe versions {sorted(hpc['versions'])} lack "
+                f"pyproject.toml's {py['version']}"
+            )
         deps = {n: s for s in hpc["depends"] for n in spec_names(s)[:1]}
         for req in py["runtime"]:
             if f"py-{req}" not in deps:
-                problems.append(f"py-dask-hpc recipe: no depends_on('py-{req}...') for "
-                                f"pyproject.toml's dependency {req!r}")
+                problems.append(
+                    f"py-dask-hpc recipe: no depends_on('py-{req}...') for "
+                    f"pyproject.toml's dependency {req!r}"
+                )
         for req in ("dask", "distributed"):
             if req in py["pins"] and f"py-{req}" in deps:
                 got = _PIN.search(deps[f"py-{req}"])
                 if not got or got.group(1) != py["pins"][req]:
-                    problems.append(f"py-dask-hpc recipe: depends_on({deps[f'py-{req}']!r}) "
-                                    f"but pyproject.toml pins {req}=={py['pins'][req]}")
+                    problems.append(
+                        f"py-dask-hpc recipe: depends_on({deps[f'py-{req}']!r}) "
+                        f"but pyproject.toml pins {req}=={py['pins'][req]}"
+                    )
     for pkg_dir in ("py_dask", "py_distributed"):
         info = recipes.get(pkg_dir)
         if info is None or pin is None:
             continue
         sha = info["versions"].get(pin, {}).get("sha256", "")
         if not re.fullmatch(r"[0-9a-f]{64}", str(sha)):
-            problems.append(f"{pkg_dir} recipe: no version({pin!r}, sha256=<64 hex digits>) "
-                            "for the pinned release")
+            problems.append(
+                f"{pkg_dir} recipe: no version({pin!r}, sha256=<64 hex digits>) "
+                "for the pinned release"
+            )
     return problems, names
 
 
@@ -355,24 +380,32 @@ def check_common(root: Path, py: dict[str, Any]) -> tuple[list[str], str | None]
     for name in ("py-dask", "py-distributed"):
         found = [m.group(1) for r in scopes.requires(name) for m in [_PIN.search(r)] if m]
         if len(found) != 1:
-            problems.append(f"{common_path}: packages:{name}:require must pin exactly one "
-                            f"version, found {found}")
+            problems.append(
+                f"{common_path}: packages:{name}:require must pin exactly one "
+                f"version, found {found}"
+            )
         else:
             pins[name] = found[0]
     pin = pins.get("py-dask")
     if len(pins) == 2 and pins["py-dask"] != pins["py-distributed"]:
-        problems.append(f"{common_path}: py-dask pinned to {pins['py-dask']} but py-distributed "
-                        f"to {pins['py-distributed']}: they must be identical")
+        problems.append(
+            f"{common_path}: py-dask pinned to {pins['py-dask']} but py-distributed "
+            f"to {pins['py-distributed']}: they must be identical"
+        )
     for name, spack_name in (("dask", "py-dask"), ("distributed", "py-distributed")):
         want = py["pins"].get(name)
         if spack_name in pins and want != pins[spack_name]:
-            problems.append(f"{common_path}: {spack_name} pinned to {pins[spack_name]}, "
-                            f"pyproject.toml pins {name}=={want}")
+            problems.append(
+                f"{common_path}: {spack_name} pinned to {pins[spack_name]}, "
+                f"pyproject.toml pins {name}=={want}"
+            )
     dask_req = " ".join(scopes.requires("py-dask"))
     for variant in ("+array", "+dataframe", "+distributed"):
         if variant not in dask_req:
-            problems.append(f"{common_path}: py-dask must require {variant} explicitly "
-                            "(the solver may otherwise drop it silently)")
+            problems.append(
+                f"{common_path}: py-dask must require {variant} explicitly "
+                "(the solver may otherwise drop it silently)"
+            )
     top = root / "spack.yaml"
     if not top.is_file():
         problems.append(f"{top}: missing")
@@ -399,8 +432,10 @@ def check_includes(env_dir: Path, root: Path) -> list[str]:
     repos = env.get("repos") or []
     repo_paths = repos.values() if isinstance(repos, dict) else repos
     if our_repo(root).resolve() not in {(env_dir / str(p)).resolve() for p in repo_paths}:
-        problems.append(f"{manifest}: repos: does not list the project repository "
-                        f"{our_repo(root).relative_to(root)}")
+        problems.append(
+            f"{manifest}: repos: does not list the project repository "
+            f"{our_repo(root).relative_to(root)}"
+        )
     if "$dask_stack" not in [str(s) for s in env.get("specs") or []]:
         problems.append(f"{manifest}: specs: must contain $dask_stack")
     for path, content in [(manifest, env)] + included:
@@ -408,8 +443,9 @@ def check_includes(env_dir: Path, root: Path) -> list[str]:
             continue
         for name in ("py-dask", "py-distributed", "py-dask-hpc"):
             if name in (content.get("packages") or {}):
-                problems.append(f"{path}: sets packages:{name}: the pins live only in "
-                                "spack/common.yaml")
+                problems.append(
+                    f"{path}: sets packages:{name}: the pins live only in spack/common.yaml"
+                )
     return problems
 
 
@@ -419,8 +455,7 @@ def _tag_version(image: str) -> tuple[int, ...]:
     return version_tuple(tag.split("-", 1)[0])
 
 
-def check_site_env(root: Path, env_name: str, site: dict[str, Any],
-                   known: set[str]) -> list[str]:
+def check_site_env(root: Path, env_name: str, site: dict[str, Any], known: set[str]) -> list[str]:
     """Check one spack/envs/<env_name>/spack.yaml against its site profile."""
     env_dir = root / "spack" / "envs" / env_name
     manifest = env_dir / "spack.yaml"
@@ -433,32 +468,46 @@ def check_site_env(root: Path, env_name: str, site: dict[str, Any],
     build = site.get("build") or {}
     where = f"{manifest} (site {site.get('name')})"
 
-    targets = [r.split("=", 1)[1] for r in scopes.requires("all")
-               for r in r.split() if r.startswith("target=")]
+    targets = [
+        r.split("=", 1)[1]
+        for r in scopes.requires("all")
+        for r in r.split()
+        if r.startswith("target=")
+    ]
     if targets != [build.get("spack_target")]:
-        problems.append(f"{where}: packages:all:require target {targets}, site yaml says "
-                        f"spack_target {build.get('spack_target')!r}")
+        problems.append(
+            f"{where}: packages:all:require target {targets}, site yaml says "
+            f"spack_target {build.get('spack_target')!r}"
+        )
     host_compat = ((env.get("concretizer") or {}).get("targets") or {}).get("host_compatible")
     if host_compat is not False:
-        problems.append(f"{where}: concretizer:targets:host_compatible must be false "
-                        "(images are built for the site, not for the build host)")
+        problems.append(
+            f"{where}: concretizer:targets:host_compatible must be false "
+            "(images are built for the site, not for the build host)"
+        )
 
     cupy = " ".join(scopes.requires("py-cupy"))
-    cuda = [version_tuple(_PIN.search(e).group(1)) for e in scopes.externals("cuda")
-            if _PIN.search(e)]
+    cuda = [
+        version_tuple(_PIN.search(e).group(1)) for e in scopes.externals("cuda") if _PIN.search(e)
+    ]
     cuda_arch = build.get("cuda_arch")
     if cuda_arch is not None:
         if "+cuda" not in cupy or f"cuda_arch={cuda_arch}" not in cupy.split():
-            problems.append(f"{where}: py-cupy must require +cuda cuda_arch={cuda_arch}, "
-                            f"has {cupy!r}")
+            problems.append(
+                f"{where}: py-cupy must require +cuda cuda_arch={cuda_arch}, has {cupy!r}"
+            )
         if len(cuda) != 1:
             problems.append(f"{where}: needs exactly one cuda external, found {len(cuda)}")
         elif cuda[0] != _tag_version(build.get("base_image", "")):
-            problems.append(f"{where}: cuda external {cuda[0]} differs from the base image "
-                            f"{build.get('base_image')!r}")
+            problems.append(
+                f"{where}: cuda external {cuda[0]} differs from the base image "
+                f"{build.get('base_image')!r}"
+            )
         if build.get("arch") == "ppc64le" and cuda and cuda[0][:2] > PPC64LE_MAX_CUDA:
-            problems.append(f"{where}: CUDA {cuda[0]} on ppc64le; the last with ppc64le "
-                            f"installers is {'.'.join(map(str, PPC64LE_MAX_CUDA))}")
+            problems.append(
+                f"{where}: CUDA {cuda[0]} on ppc64le; the last with ppc64le "
+                f"installers is {'.'.join(map(str, PPC64LE_MAX_CUDA))}"
+            )
     elif cuda or "+cuda" in cupy:
         problems.append(f"{where}: CUDA in an environment for a site without cuda_arch")
     if build.get("arch") == "ppc64le" and build.get("spack_target") != "power9le":
@@ -476,8 +525,10 @@ def check_site_env(root: Path, env_name: str, site: dict[str, Any],
                 m = _PIN.search(ext)
                 if m and version_tuple(m.group(1)) != rocm_version:
                     if pkg != "gcc":
-                        problems.append(f"{where}: ROCm external {ext!r} differs from the base "
-                                        f"image {build.get('base_image')!r}")
+                        problems.append(
+                            f"{where}: ROCm external {ext!r} differs from the base "
+                            f"image {build.get('base_image')!r}"
+                        )
                 for word in ext.split():
                     if word.startswith("amdgpu_target=") and word != f"amdgpu_target={rocm_arch}":
                         problems.append(f"{where}: external {ext!r} is not built for {rocm_arch}")
@@ -519,8 +570,10 @@ def check_names(root: Path, known: set[str], ours: set[str]) -> list[str]:
         names |= {pkg for pkg, _ in scopes.packages()}
         for name in sorted(names - VIRTUALS):
             if name not in known and name not in ours:
-                problems.append(f"{path}: unknown package {name!r}: neither in "
-                                "spack/builtin-packages.txt nor in spack/repo")
+                problems.append(
+                    f"{path}: unknown package {name!r}: neither in "
+                    "spack/builtin-packages.txt nor in spack/repo"
+                )
     for pkg_py in sorted((our_repo(root) / "packages").glob("*/package.py")):
         try:
             deps = recipe_info(pkg_py)["depends"]
@@ -553,8 +606,10 @@ def check(root: Path) -> None:
         if name not in py["pins"]:
             problems.append(f"{root}/pyproject.toml: {name} is not pinned with ==")
     if py["pins"].get("dask") != py["pins"].get("distributed"):
-        problems.append(f"{root}/pyproject.toml: dask {py['pins'].get('dask')} and distributed "
-                        f"{py['pins'].get('distributed')} are pinned differently")
+        problems.append(
+            f"{root}/pyproject.toml: dask {py['pins'].get('dask')} and distributed "
+            f"{py['pins'].get('distributed')} are pinned differently"
+        )
     common_problems, pin = check_common(root, py)
     problems += common_problems
     repo_problems, ours = check_repo(root, py, pin)
