@@ -1,0 +1,309 @@
+"""Faults under real launchers (Open MPI, MPICH hydra, Slurm srun): nothing may be left running.
+
+Each test injects one fault into a real cluster, then waits (bounded) for the launcher to exit
+and for every process of the test to be gone; the autouse leak check asserts it again. With
+``DASK_HPC_FAULT_LOG`` set, each test appends what it measured (benchmarks/faults.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import probe, probe_result, start_cluster
+from harness import mpi
+from harness.procs import run_cmd, tagged_pids
+from harness.waiting import wait_for
+from jobs.background import Background, rank_pids
+
+FAULTY = Path(__file__).resolve().parent / "jobs" / "faulty.py"
+DEATH_TIMEOUT = 5
+OPTS = ["--interface", "lo", "--dashboard-address", "127.0.0.1:0"]
+LAUNCHERS = ["openmpi", "mpich", "srun"]
+
+
+@dataclass
+class Launch:
+    """How to start 2 ranks under one launcher: argv prefix, WORKERS_PER_NODE, environment."""
+
+    name: str
+    prefix: list[str]
+    wpn: int
+    env: dict[str, str]
+
+    def argv(self, *extra: str, timeout: float = 30, command: list[str] | None = None) -> list[str]:
+        argv = [*self.prefix, *start_cluster(), "cpu", str(self.wpn), *OPTS]
+        argv += ["--timeout", str(timeout), "--death-timeout", str(DEATH_TIMEOUT), *extra]
+        return argv + (["--", *command] if command else [])
+
+    def mpmd(self, ranks: list[list[str]], workdir: Path) -> list[str]:
+        """One program per rank (rank r runs ``ranks[r]``): a rank that never starts."""
+        if self.name == "srun":
+            conf = workdir / "multi-prog.conf"
+            conf.write_text("".join(f"{r} {' '.join(argv)}\n" for r, argv in enumerate(ranks)))
+            return [*self.prefix, "--multi-prog", str(conf)]
+        base = mpi.openmpi(1) if self.name == "openmpi" else mpi.mpich(1)
+        argv = [*base, *ranks[0]]
+        for rank in ranks[1:]:
+            argv += [":", "-n", "1", *rank]
+        return argv
+
+
+@pytest.fixture(autouse=True)
+def _no_background_left() -> Iterator[None]:
+    yield
+    Background.kill_all()
+
+
+@pytest.fixture
+def launch(request: pytest.FixtureRequest, cluster_env: dict[str, str]) -> Callable[[str], Launch]:
+    def make(name: str) -> Launch:
+        if name == "openmpi":
+            return Launch(name, mpi.openmpi(2), 2, dict(cluster_env))
+        if name == "mpich":
+            return Launch(name, mpi.mpich(2), 2, dict(cluster_env))
+        slurm = request.getfixturevalue("slurm_cluster")  # started only when a test needs it
+        prefix = ["srun", "-N", "2", "--ntasks-per-node", "1"]
+        return Launch(name, prefix, 1, {**cluster_env, **slurm.env})
+
+    return make
+
+
+def faulty(*args: str) -> list[str]:
+    return [sys.executable, str(FAULTY), *args]
+
+
+def fault_result(stdout: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith("FAULT "):
+            return json.loads(line[len("FAULT ") :])
+    raise AssertionError(f"no FAULT line in output:\n{stdout}")
+
+
+def all_gone(timeout: float = 20) -> float:
+    """Wait until no process of this test is left; return the monotonic time it was seen."""
+    tag = os.environ["DASK_HPC_TEST_TAG"]
+    wait_for(lambda: not tagged_pids(tag), timeout, what="every process of the test to exit")
+    return time.monotonic()
+
+
+def record(fault: str, launcher: str, seconds: float, outcome: str) -> None:
+    """Append a measurement for benchmarks/faults.py (only when DASK_HPC_FAULT_LOG is set)."""
+    log = os.environ.get("DASK_HPC_FAULT_LOG")
+    if log:
+        with open(log, "a") as f:
+            entry = dict(fault=fault, launcher=launcher, seconds=seconds, outcome=outcome)
+            f.write(json.dumps(entry) + "\n")
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_worker_killed_with_sigkill_is_restarted_and_command_completes(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    run = Background(job.argv(command=faulty("kill-worker", str(tmp_path))), job.env, tmp_path)
+    code = run.wait(60)
+    assert code == 0, run.output()
+    result = fault_result(run.stdout)
+    assert result["result"] == 49
+    assert result["killed"] in result["workers_before"]
+    assert result["killed"] not in result["workers_after"]
+    assert len(result["workers_after"]) == len(result["workers_before"]) == 2
+    assert "was killed by signal 9: restarted" in run.stderr
+    all_gone()
+    record(
+        "worker SIGKILL",
+        name,
+        result["seconds_to_all_workers"],
+        f"task rescheduled after {result['seconds_to_result']} s, worker re-forked, COMMAND 0",
+    )
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_scheduler_rank_killed_every_rank_exits_nonzero(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    hold = tmp_path / "hold.json"
+    run = Background(job.argv(command=faulty("hold", str(hold))), job.env, tmp_path)
+    held = json.loads(wait_for(lambda: hold.exists() and hold.read_text(), 40, what="COMMAND"))
+    ranks = rank_pids()
+    assert ranks.get(0) == held["rank_pid"], (ranks, held)
+    killed = time.monotonic()
+    os.kill(held["rank_pid"], signal.SIGKILL)
+    code = run.wait(DEATH_TIMEOUT + 25)
+    exited = time.monotonic()
+    assert code != 0, run.output()
+    if name == "openmpi":  # Open MPI kills the other ranks itself
+        assert "signal 9" in run.output() or "Killed" in run.output(), run.output()
+    else:  # hydra and srun wait: the other rank notices by itself and stops
+        assert re.search(r"error: (lost the scheduler|rank 0 is gone)", run.stderr), run.output()
+        assert exited - killed < DEATH_TIMEOUT + 15
+    gone = all_gone()  # scheduler, workers and COMMAND of rank 0 died with it
+    record(
+        "scheduler's rank SIGKILL",
+        name,
+        round(gone - killed, 2),
+        f"launcher exit {code}" + (" (Open MPI kills the rest)" if name == "openmpi" else ""),
+    )
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_sigterm_to_launcher_shuts_down_gracefully(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    run = Background(job.argv(), job.env, tmp_path)
+    run.wait_text("Dask cluster ready", 40)
+    sent = time.monotonic()
+    run.signal(signal.SIGTERM)
+    code = run.wait(30)
+    gone = all_gone()
+    assert code != 0, run.output()  # a cluster stopped by a signal is not a success
+    if name == "srun":  # srun kills its tasks (SIGKILL); their children die with them
+        assert "srun: forcing job termination" in run.stderr, run.output()
+        outcome = f"exit {code}: srun SIGKILLs the tasks, their children die with them"
+    else:  # mpiexec forwards SIGTERM to every rank
+        assert "received signal 15: shutting down" in run.stderr, run.output()
+        outcome = f"exit {code}: forwarded to the ranks, graceful shutdown"
+    assert "did not stop in time" not in run.stderr
+    record("SIGTERM to the launcher", name, round(gone - sent, 2), outcome)
+
+
+def test_scancel_shuts_down_gracefully(
+    slurm_cluster, cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {**cluster_env, **slurm_cluster.env}
+    argv = ["srun", "-N", "2", "--ntasks-per-node", "1", *start_cluster(), "cpu", "1", *OPTS]
+    argv += ["--timeout", "30", "--death-timeout", str(DEATH_TIMEOUT)]
+    script = "#!/bin/sh\nexec " + " ".join(argv) + "\n"
+    job = slurm_cluster.sbatch(script, ["-N", "2", "--ntasks-per-node", "1"], env=env)
+    wait_for(
+        lambda: "Dask cluster ready" in _job_output(slurm_cluster, job), 40, what="cluster ready"
+    )
+    sent = time.monotonic()
+    slurm_cluster.scancel(job)
+    state, _ = slurm_cluster.wait_job(job, 30)
+    gone = all_gone()
+    output = _job_output(slurm_cluster, job)
+    assert state == "CANCELLED", output
+    assert "received signal 15: shutting down" in output, output
+    assert "did not stop in time" not in output, output
+    record("scancel", "srun", round(gone - sent, 2), f"job {state}, before KillWait's SIGKILL")
+
+
+def _job_output(slurm_cluster, job: str) -> str:
+    try:
+        return slurm_cluster.job_output(job)
+    except FileNotFoundError:
+        return ""
+
+
+@pytest.mark.parametrize(("name", "crash", "status"), [(n, "7", 7) for n in LAUNCHERS])
+def test_command_crash_stops_the_cluster_with_its_status(
+    name: str, crash: str, status: int, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    run = Background(job.argv(command=faulty("crash", crash)), job.env, tmp_path)
+    run.wait_text("Dask cluster ready", 40)
+    ready = time.monotonic()
+    code = run.wait(30)
+    gone = all_gone()
+    assert code == status, run.output()
+    assert f"command exited with status {status}: shutting down" in run.stderr
+    record("COMMAND crashes", name, round(gone - ready, 2), f"launcher exit {code} (COMMAND's)")
+
+
+def test_command_killed_by_a_signal_gives_128_plus_n(cluster_env: dict[str, str]) -> None:
+    run_argv = [*mpi.mpich(2), *start_cluster(), "cpu", "2", *OPTS, "--timeout", "30"]
+    res = run_cmd([*run_argv, "--", *faulty("crash", "abort")], timeout=60, env=cluster_env)
+    assert res.returncode == 128 + signal.SIGABRT, res
+    assert "command exited with status 134" in res.stderr
+
+
+@pytest.mark.parametrize("name", ["openmpi", "srun"])
+def test_stale_scheduler_file_and_certificates_are_never_used(
+    name: str, launch: Callable[[str], Launch], cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    job = launch(name)
+    shared = tmp_path / "shared"
+    file = shared / "fixed.json"
+    # An earlier job with the same scheduler file, killed hard: its files stay behind.
+    earlier = Background(
+        [*start_cluster(), "cpu", "1", *OPTS, "--scheduler-file", str(file)],
+        cluster_env,
+        tmp_path,
+        "earlier",
+    )
+    earlier.wait_text("Dask cluster ready", 40)
+    earlier.kill()
+    stale = json.loads(file.read_text())
+    stale_cert = Path(stale["dask_hpc"]["tls"]["cert"]).read_bytes()
+    all_gone()
+    # A rank 0 that never starts: the other rank must not use the stale file.
+    lonely = [*start_cluster(), "cpu", str(job.wpn), *OPTS, "--timeout", "4"]
+    lonely += ["--scheduler-file", str(file)]
+    res = Background(job.mpmd([["true"], lonely], tmp_path), job.env, tmp_path, "lonely")
+    assert res.wait(40) != 0, res.output()
+    assert "no scheduler file from this launch" in res.stderr, res.output()
+    assert stale["address"] not in res.output()
+    # The next job replaces the stale file and certificates and works.
+    run = Background(
+        job.argv("--scheduler-file", str(file), command=probe()), job.env, tmp_path, "next"
+    )
+    run.wait_text("Dask cluster ready", 40)
+    fresh_cert = Path(stale["dask_hpc"]["tls"]["cert"]).read_bytes()
+    assert run.wait(40) == 0, run.output()
+    result = probe_result(run.stdout)
+    assert result["n_workers"] == 2 and result["address"] != stale["address"]
+    assert fresh_cert != stale_cert
+    assert not file.exists(), "the scheduler file outlived its cluster"
+    all_gone()
+
+
+@pytest.mark.parametrize("name", ["mpich", "srun"])
+def test_two_clusters_at_once_in_one_directory_are_isolated(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    runs = [Background(job.argv(command=probe()), job.env, tmp_path, f"cluster{i}") for i in (1, 2)]
+    results = []
+    for run in runs:
+        assert run.wait(60) == 0, run.output()
+        results.append(probe_result(run.stdout))
+    assert [r["n_workers"] for r in results] == [2, 2]
+    assert results[0]["address"] != results[1]["address"]
+    pids = [{w["pid"] for w in r["workers"].values()} for r in results]
+    assert not pids[0] & pids[1], "the clusters shared workers"
+    files = [line for run in runs for line in run.stderr.splitlines() if "scheduler file" in line]
+    assert len(set(files)) == 2, files
+    all_gone()
+
+
+@pytest.mark.parametrize("name", LAUNCHERS)
+def test_a_rank_that_never_starts_is_named_after_the_timeout(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    rank0 = [*start_cluster(), "cpu", str(job.wpn), *OPTS, "--timeout", "4"]
+    run = Background(job.mpmd([rank0, ["true"]], tmp_path), job.env, tmp_path)
+    started = time.monotonic()
+    code = run.wait(40)
+    gone = all_gone()
+    assert code != 0, run.output()
+    assert "only 1 of 2 workers connected within 4 s; no worker from rank(s) 1" in run.stderr
+    record("a rank never starts", name, round(gone - started, 2), f"exit {code} after --timeout 4")
+
+
+def test_launchers_are_installed() -> None:
+    for prog in ("mpiexec.openmpi", "mpiexec.mpich", "srun"):
+        assert shutil.which(prog), f"{prog} is missing: run tests/setup/install.sh"
