@@ -13,26 +13,16 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from conftest import probe, probe_result, start_cluster
 from cryptography import x509
 from distributed import Client
 from distributed.security import Security
 from harness.procs import run_cmd
-from jobs.background import Background
+from jobs.background import Background, routable
 
 import dask_hpc
 from dask_hpc import security
-
-
-def routable() -> tuple[str, str]:
-    """(interface, IPv4 address) of a non-loopback interface; fails loudly when there is none."""
-    for name, addrs in psutil.net_if_addrs().items():
-        for addr in addrs:
-            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
-                return name, addr.address
-    raise AssertionError("this machine has no non-loopback IPv4 address to test against")
 
 
 def _touch_function():  # a local function: pickled by value, workers need not import tests

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import psutil
 from harness.procs import TAG_VAR, tagged_pids
 from harness.waiting import WaitTimeout, wait_for
 
@@ -99,6 +101,15 @@ class Background:
         except ProcessLookupError:
             pass
         self.proc.wait()
+
+
+def routable() -> tuple[str, str]:
+    """(interface, IPv4 address) of a non-loopback interface; fails loudly when there is none."""
+    for name, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            if addr.family == socket.AF_INET and not addr.address.startswith("127."):
+                return name, addr.address
+    raise AssertionError("this machine has no non-loopback IPv4 address to test against")
 
 
 def _environ(pid: int) -> dict[str, str]:

@@ -1,0 +1,127 @@
+"""--jupyter: JupyterLab on the scheduler's node, loopback only, token required, and a kernel
+started through Jupyter's REST API connects to the cluster with a bare ``Client()``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import signal
+import socket
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import start_cluster
+from harness.waiting import free_ports
+from jobs.background import Background, routable
+
+KERNEL_CODE = """
+from distributed import Client
+client = Client(timeout=30)
+print("KERNEL", client.submit(lambda x: x + 1, 41).result(), client.scheduler.address)
+client.close()
+"""
+
+
+@pytest.fixture(autouse=True)
+def _no_background_left() -> Iterator[None]:
+    yield
+    Background.kill_all()
+
+
+def http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, str]:
+    """(status, body) without following redirects."""
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            return None
+
+    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
+    if token:
+        request.add_header("Authorization", f"token {token}")
+    try:
+        with urllib.request.build_opener(NoRedirect).open(request, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+
+
+async def execute(port: int, kernel: str, token: str, code: str, timeout: float = 60) -> str:
+    """Run ``code`` in a kernel over Jupyter's websocket protocol; return its stdout."""
+    from tornado.websocket import websocket_connect
+
+    url = f"ws://127.0.0.1:{port}/api/kernels/{kernel}/channels?token={token}"
+    ws = await websocket_connect(url)
+    msg_id = uuid.uuid4().hex
+    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
+    header.update(session=uuid.uuid4().hex, date="", version="5.3")
+    content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
+    content.update(user_expressions={}, stop_on_error=True)
+    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
+    ws.write_message(json.dumps({**message, "channel": "shell"}))
+    out = []
+
+    async def read() -> None:
+        while True:
+            raw = await ws.read_message()
+            assert raw is not None, "the kernel's websocket closed"
+            msg = json.loads(raw)
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue
+            kind = msg["msg_type"]
+            if kind == "stream":
+                out.append(msg["content"]["text"])
+            elif kind == "error":
+                out.append("\n".join(msg["content"]["traceback"]))
+            elif kind == "execute_reply":
+                return
+
+    try:
+        await asyncio.wait_for(read(), timeout)
+    finally:
+        ws.close()
+    return "".join(out)
+
+
+def test_jupyterlab_token_loopback_and_a_kernel_reaches_the_cluster(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    busy = socket.socket()  # the first port is taken: JupyterLab must fall back to another
+    busy.bind(("127.0.0.1", free_ports(1)[0]))
+    busy.listen()
+    first = busy.getsockname()[1]
+    env = {**cluster_env, "DASK_HPC__JUPYTER_PORT": str(first)}
+    argv = [*start_cluster(), "cpu", "1", "--jupyter", "--interface", routable()[0]]
+    run = Background(
+        [*argv, "--dashboard-address", "127.0.0.1:0", "--timeout", "60"], env, tmp_path
+    )
+    try:
+        run.wait_text("Dask cluster ready", 60)
+        match = re.search(r"jupyterlab\s+http://localhost:(\d+)/lab\?token=(\w+)", run.stderr)
+        assert match, run.output()
+        port, token = int(match.group(1)), match.group(2)
+        assert port != first, "JupyterLab did not fall back from a busy port"
+        tunnel = next(line for line in run.stderr.splitlines() if "ssh -t" in line)
+        assert f"-L {port}:localhost:{port}" in tunnel
+
+        base = f"http://127.0.0.1:{port}"
+        assert http(f"{base}/lab?token={token}")[0] == 200
+        assert http(f"{base}/lab")[0] in (302, 403)  # to the login page
+        assert http(f"{base}/api/status")[0] == 403
+        assert http(f"{base}/api/kernels", "POST")[0] == 403
+        with pytest.raises(ConnectionRefusedError):  # loopback only, never all interfaces
+            socket.create_connection((routable()[1], port), timeout=5).close()
+
+        status, body = http(f"{base}/api/kernels", "POST", token)
+        assert status == 201, body
+        kernel = json.loads(body)["id"]
+        output = asyncio.run(execute(port, kernel, token, KERNEL_CODE))
+        assert re.search(r"KERNEL 42 tls://", output), output
+    finally:
+        busy.close()
+    run.signal(signal.SIGTERM)
+    assert run.wait(40) == 128 + signal.SIGTERM, run.output()
