@@ -26,6 +26,8 @@ class SchedulerInfo:
     host: str
     launch_id: str
     tls: TlsFiles | None
+    roster: str | None = None  # rank 0's roll call, host:port (see roster.py)
+    token: str | None = None  # what a rank presents there
 
     def to_json(self) -> dict[str, Any]:
         tls = None
@@ -35,7 +37,13 @@ class SchedulerInfo:
             "type": "Scheduler",
             "address": self.address,
             "services": {"dashboard": self.dashboard_port} if self.dashboard_port else {},
-            KEY: {"host": self.host, "launch_id": self.launch_id, "tls": tls},
+            KEY: {
+                "host": self.host,
+                "launch_id": self.launch_id,
+                "tls": tls,
+                "roster": self.roster,
+                "token": self.token,
+            },
         }
 
     @classmethod
@@ -48,6 +56,8 @@ class SchedulerInfo:
             host=ours.get("host", ""),
             launch_id=ours.get("launch_id", ""),
             tls=TlsFiles(Path(tls["ca"]), Path(tls["cert"]), Path(tls["key"])) if tls else None,
+            roster=ours.get("roster"),
+            token=ours.get("token"),
         )
 
     def client_env(self) -> dict[str, str]:

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import processes, security
+from . import processes, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
@@ -26,6 +26,7 @@ from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
 WORKERS_LEAVE_TIMEOUT = 10.0
+RANKS_LEAVE_TIMEOUT = 10.0
 
 
 def say(message: str) -> None:
@@ -104,6 +105,7 @@ class FirstRank(Rank):
         self.command: subprocess.Popen[bytes] | None = None
         self.jupyter: subprocess.Popen[bytes] | None = None
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
+        self.roster: roster.Roster | None = None
 
     def _on_events(self, data: bytes) -> None:
         self._buffer += data
@@ -183,12 +185,18 @@ class FirstRank(Rank):
         plan = self.plan
         if not self._wait("scheduler", lambda: self.started is not None, plan.timeout):
             return self._abort("the scheduler did not start")
+        address = self.started["address"]
+        if plan.rank.size > 1:
+            host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
+            self.roster = roster.Roster(host, self.sup.watch_ready, self.sup.unwatch)
         self.info = SchedulerInfo(
-            address=self.started["address"],
+            address=address,
             dashboard_port=self.started["dashboard_port"],
             host=socket.gethostname(),
             launch_id=plan.rank.launch_id,
             tls=tls,
+            roster=self.roster.address if self.roster else None,
+            token=self.roster.token if self.roster else None,
         )
         write_scheduler_file(plan.scheduler_file, self.info)
         os.environ.update(self.info.client_env())
@@ -288,6 +296,11 @@ class FirstRank(Rank):
         self.sup.signal_all(signal.SIGTERM, role="scheduler")
         if not self.sup.wait_all(SHUTDOWN_GRACE):
             say("some processes did not stop in time and were killed")
+        deadline = time.monotonic() + RANKS_LEAVE_TIMEOUT
+        while self.roster and self.roster.alive and time.monotonic() < deadline:
+            self.sup.poll(min(0.5, deadline - time.monotonic()))
+        if self.roster and self.roster.alive:
+            say(f"rank(s) {sorted(self.roster.alive)} still running after the shutdown")
         return status
 
     def _cleanup(self) -> None:
@@ -302,6 +315,8 @@ class FirstRank(Rank):
         if self.sup.children:
             self.sup.signal_all(signal.SIGKILL)
             self.sup.wait_all(10)
+        if self.roster:
+            self.roster.close()
         self.sup.close()
         shutil.rmtree(self.plan.cluster_dir, ignore_errors=True)
         if self.plan.scheduler_file.parent != self.plan.cluster_dir:
@@ -310,6 +325,8 @@ class FirstRank(Rank):
 
 class WorkerRank(Rank):
     """Any other rank: wait for the scheduler file, start workers, run until told to stop."""
+
+    rank0_lost = False
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
         plan = self.plan
@@ -341,6 +358,8 @@ class WorkerRank(Rank):
                 )
             if info.tls:
                 os.environ.update(security.tls_env(info.tls))
+            if info.roster and info.token and not plan.join:
+                self._join_roster(info)
             self.start_workers(info.address)
             return self._until_done(info)
         finally:
@@ -348,6 +367,33 @@ class WorkerRank(Rank):
                 self.sup.signal_all(signal.SIGKILL)
                 self.sup.wait_all(10)
             self.sup.close()
+
+    def _join_roster(self, info: SchedulerInfo) -> None:
+        assert info.roster and info.token
+        try:
+            conn = roster.join(info.roster, info.token, self.plan.rank.rank, self.plan.timeout)
+        except OSError as error:
+            raise StartupError(
+                f"cannot reach rank 0 at {info.roster}: {error}",
+                "check that every node can reach rank 0's node (--interface)",
+            ) from None
+        self.roster_conn = conn
+
+        def on_data() -> None:
+            try:
+                if conn.recv(256):
+                    return
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            self.sup.unwatch(conn.fileno())
+            if not self.stopping and not self.closed_by_scheduler:
+                say("error: rank 0 is gone (killed, or its node died): stopping this rank")
+                self.rank0_lost = True
+                self.stop()
+
+        self.sup.watch_ready(conn.fileno(), on_data)
 
     def _until_done(self, info: SchedulerInfo) -> int:
         while self.sup.children:
@@ -357,6 +403,8 @@ class WorkerRank(Rank):
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
             self.enforce_memory()
+        if self.rank0_lost:
+            return processes.EXIT_SCHEDULER_LOST
         if self.scheduler_lost and not self.stopping:
             say(
                 f"error: lost the scheduler at {info.address} (rank 0 or its node died?): "

@@ -37,7 +37,7 @@ class TlsFiles:
 
 
 def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:

@@ -68,6 +68,16 @@ class Supervisor:
         """Call ``handler`` with what arrives on ``fd`` (b"" at end of file)."""
         self.selector.register(fd, selectors.EVENT_READ, handler)
 
+    def watch_ready(self, fd: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever ``fd`` is readable (it does the reading)."""
+        self.selector.register(fd, selectors.EVENT_READ, ("ready", callback))
+
+    def unwatch(self, fd: int) -> None:
+        try:
+            self.selector.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
     def poll(self, timeout: float) -> None:
         """Wait up to ``timeout`` s for a signal, a child's exit or pipe input, and record it."""
         for key, _ in self.selector.select(max(0.0, timeout)):
@@ -77,6 +87,8 @@ class Supervisor:
                         pass
                 except BlockingIOError:
                     pass
+            elif isinstance(key.data, tuple):
+                key.data[1]()
             else:
                 data = os.read(key.fd, 65536)
                 if not data:

@@ -1,0 +1,100 @@
+"""A roll call of the ranks: each worker rank keeps one TCP connection open to rank 0.
+
+The kernel closes it when a rank's process ends, however it ends, so rank 0 knows which
+ranks are alive without polling, and can wait until the others are gone before it exits (a
+launcher that kills the remaining ranks when one exits then kills nobody). A worker rank
+learns the same way, at once, that rank 0 is gone. A connection must first present the
+cluster's token (from the scheduler file, readable by the owner only).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import socket
+from collections.abc import Callable
+
+
+class Roster:
+    """Rank 0's side: accept ranks, remember who is connected."""
+
+    def __init__(
+        self,
+        host: str,
+        watch: Callable[[int, Callable[[], None]], None],
+        unwatch: Callable[[int], None],
+    ) -> None:
+        self.token = secrets.token_hex(16)
+        self.listener = socket.create_server((host, 0), backlog=4096)
+        self.listener.setblocking(False)
+        self.alive: dict[int, socket.socket] = {}  # rank -> connection
+        self.seen: set[int] = set()
+        self._pending: dict[int, tuple[socket.socket, bytes]] = {}
+        self._watch, self._unwatch = watch, unwatch
+        watch(self.listener.fileno(), self._accept)
+
+    @property
+    def address(self) -> str:
+        host, port = self.listener.getsockname()[:2]
+        return f"{host}:{port}"
+
+    def _accept(self) -> None:
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        conn.setblocking(False)
+        fd = conn.fileno()
+        self._pending[fd] = (conn, b"")
+        self._watch(fd, lambda: self._read(fd))
+
+    def _read(self, fd: int) -> None:
+        if fd in self._pending:
+            conn, buffer = self._pending[fd]
+            try:
+                data = conn.recv(256)
+            except BlockingIOError:
+                return
+            buffer += data
+            if data and b"\n" not in buffer and len(buffer) < 200:
+                self._pending[fd] = (conn, buffer)
+                return
+            del self._pending[fd]
+            token, _, rank = buffer.decode(errors="replace").strip().partition(" ")
+            if data and hmac.compare_digest(token, self.token) and rank.isdigit():
+                self.alive[int(rank)] = conn
+                self.seen.add(int(rank))
+                return
+            self._drop(fd, conn)
+            return
+        for rank, conn in list(self.alive.items()):
+            if conn.fileno() == fd:
+                try:
+                    if conn.recv(256):
+                        return  # ranks never send more; ignore
+                except BlockingIOError:
+                    return
+                del self.alive[rank]
+                self._drop(fd, conn)
+
+    def _drop(self, fd: int, conn: socket.socket) -> None:
+        self._unwatch(fd)
+        conn.close()
+
+    def close(self) -> None:
+        for fd, (conn, _) in list(self._pending.items()):
+            self._drop(fd, conn)
+        for conn in list(self.alive.values()):
+            self._drop(conn.fileno(), conn)
+        self.alive.clear()
+        self._unwatch(self.listener.fileno())
+        self.listener.close()
+
+
+def join(address: str, token: str, rank: int, timeout: float) -> socket.socket:
+    """A worker rank's side: connect to rank 0's roster and say who we are."""
+    host, _, port = address.rpartition(":")
+    conn = socket.create_connection((host, int(port)), timeout=timeout)
+    conn.sendall(f"{token} {rank}\n".encode())
+    conn.setblocking(False)
+    return conn
