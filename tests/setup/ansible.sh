@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# What the Ansible role's tests need, on a fresh Debian 12 machine (run as root). Idempotent, and
+# fast when everything is already there:
+#   - ansible-core, ansible-lint, pytest-testinfra (pip);
+#   - the community.general collection (its chroot connection plugin), extracted from the
+#     `ansible` wheel on PyPI into $CACHE/collections (Galaxy is not reachable; nothing committed);
+#   - debootstrap'd Debian 12 and Ubuntu 22.04 root filesystems, cached as tarballs in
+#     $CACHE/rootfs; each test session unpacks fresh copies (~1 s each);
+#   - dependency wheels for each target's Python, in $CACHE/wheels/cpXY (the role installs the
+#     dask-hpc wheel offline from them).
+# Mirrors are never written down here: Debian's comes from this machine's apt sources, Ubuntu's
+# from debootstrap's own script for the suite; Ubuntu's keyring is fetched from that archive and
+# accepted only if it signs the suite's Release file with the published archive key.
+set -Eeuo pipefail
+trap 'echo "ansible.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
+
+CACHE="${DASK_HPC_ANSIBLE_CACHE:-/var/tmp/dask-hpc-tests/ansible}"
+ANSIBLE_WHEEL_VERSION="12.3.0"   # the `ansible` community package that carries community.general
+# Ubuntu Archive Automatic Signing Key (2018) <ftpmaster@ubuntu.com>, as published by Ubuntu.
+UBUNTU_ARCHIVE_FPR="F6ECB3762474EDA9D21B7022871920D1991BC93C"
+
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(cd "$here/../.." && pwd)"
+mkdir -p "$CACHE"
+log() { printf '[ansible.sh %(%H:%M:%S)T] %s\n' -1 "$*"; }
+pip() { python3 -m pip --disable-pip-version-check "$@"; }
+start=$SECONDS
+
+# --- host tools -------------------------------------------------------------------------------
+need=(debootstrap gpgv gpg xz-utils curl)
+missing=()
+for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "apt-get install ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# --- Python tools -------------------------------------------------------------------------------
+if ! python3 - <<'EOF' 2>/dev/null
+import importlib.metadata as m
+for name in ("ansible-core", "ansible-lint", "pytest-testinfra"):
+    m.version(name)
+EOF
+then
+  log "pip install ansible-core ansible-lint pytest-testinfra"
+  pip install -q 'ansible-core>=2.17' 'ansible-lint>=24' 'pytest-testinfra>=10'
+fi
+
+# --- community.general (chroot connection) ----------------------------------------------------
+coll="$CACHE/collections"
+if [ ! -f "$coll/ansible_collections/community/general/plugins/connection/chroot.py" ]; then
+  log "extracting community.general from ansible==$ANSIBLE_WHEEL_VERSION"
+  tmp="$(mktemp -d)"
+  pip download -q --no-deps "ansible==$ANSIBLE_WHEEL_VERSION" -d "$tmp" 2>&1 | { grep -v 'is ignored' >&2 || true; }
+  rm -rf "$coll.partial"
+  python3 - "$tmp"/ansible-*.whl "$coll.partial" <<'EOF'
+import sys
+import zipfile
+
+wheel, dest = sys.argv[1], sys.argv[2]
+prefix = "ansible_collections/community/general/"
+with zipfile.ZipFile(wheel) as z:
+    z.extractall(dest, [n for n in z.namelist() if n.startswith(prefix)])
+EOF
+  rm -rf "$tmp" "$coll"
+  mv "$coll.partial" "$coll"
+fi
+
+# --- root filesystems -------------------------------------------------------------------------
+host_debian_mirror() {
+  # First Debian archive URI of this machine's apt sources (deb822 or one-line format).
+  local f uri
+  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list /etc/apt/sources.list; do
+    [ -f "$f" ] || continue
+    uri="$(awk '
+      /^URIs:/ { for (i = 2; i <= NF; i++) print $i }
+      /^deb / { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }
+    ' "$f" | grep -E '/debian/?$' | head -n1 || true)"
+    if [ -n "$uri" ]; then echo "${uri%/}"; return 0; fi
+  done
+  echo "no Debian mirror in this machine's apt sources" >&2
+  return 1
+}
+
+debootstrap_default_mirror() {
+  # The mirror debootstrap itself uses for SUITE on this architecture (from its suite script).
+  local suite=$1 arch script
+  arch="$(dpkg --print-architecture)"
+  script="$(readlink -f "/usr/share/debootstrap/scripts/$suite")"
+  # shellcheck disable=SC2016
+  ARCH="$arch" bash -c '
+    default_mirror() { echo "$1"; exit 0; }
+    mirror_style() { :; }; download_style() { :; }; finddebs_style() { :; }
+    variants() { :; }; keyring() { :; }; force_md5() { :; }; work_out_debs() { :; }
+    first_stage_install() { :; }; second_stage_install() { :; }
+    SUITE='"$suite"'; source "'"$script"'"; exit 1'
+}
+
+ubuntu_keyring() {
+  # Fetch ubuntu-keyring from the archive; keep only the published archive key, and only if it
+  # signs the suite's Release file.
+  local suite=$1 mirror=$2 out=$3 tmp pkg
+  tmp="$(mktemp -d)"
+  curl -fsS --retry 3 -o "$tmp/Packages.xz" "$mirror/dists/$suite/main/binary-amd64/Packages.xz"
+  pkg="$(xz -dc "$tmp/Packages.xz" | awk '/^Package: /{p=$2} p=="ubuntu-keyring" && /^Filename: /{print $2}' | head -n1)"
+  [ -n "$pkg" ] || { echo "ubuntu-keyring not found in $suite" >&2; return 1; }
+  curl -fsS --retry 3 -o "$tmp/keyring.deb" "$mirror/$pkg"
+  dpkg-deb -x "$tmp/keyring.deb" "$tmp/x"
+  mkdir -m 0700 "$tmp/gnupg"
+  GNUPGHOME="$tmp/gnupg" gpg -q --batch --no-default-keyring \
+    --keyring "$tmp/all.gpg" --import "$tmp/x/usr/share/keyrings/ubuntu-archive-keyring.gpg" 2>/dev/null
+  GNUPGHOME="$tmp/gnupg" gpg -q --batch --no-default-keyring \
+    --keyring "$tmp/all.gpg" --export "$UBUNTU_ARCHIVE_FPR" >"$tmp/archive.gpg"
+  [ -s "$tmp/archive.gpg" ] || { echo "published Ubuntu key $UBUNTU_ARCHIVE_FPR missing" >&2; return 1; }
+  curl -fsS --retry 3 -o "$tmp/InRelease" "$mirror/dists/$suite/InRelease"
+  if ! gpgv --status-fd 1 --keyring "$tmp/archive.gpg" "$tmp/InRelease" 2>/dev/null \
+      | grep -q "^\[GNUPG:\] VALIDSIG .* $UBUNTU_ARCHIVE_FPR\$"; then
+    echo "Ubuntu $suite Release is not signed by $UBUNTU_ARCHIVE_FPR" >&2; return 1
+  fi
+  install -m 0644 "$tmp/archive.gpg" "$out"
+  rm -rf "$tmp"
+}
+
+make_rootfs() {
+  # make_rootfs NAME SUITE MIRROR [debootstrap options...]: cache $CACHE/rootfs/NAME.tar.
+  local name=$1 suite=$2 mirror=$3; shift 3
+  local tar="$CACHE/rootfs/$name.tar" dir="$CACHE/rootfs/$name.build" t0=$SECONDS
+  [ -f "$tar" ] && return 0
+  mkdir -p "$CACHE/rootfs"
+  rm -rf --one-file-system "$dir"
+  log "debootstrap $name ($suite)"
+  if ! debootstrap --variant=minbase --include=python3,python3-apt "$@" \
+      "$suite" "$dir" "$mirror" >"$CACHE/rootfs/$name.log" 2>&1; then
+    tail -n 20 "$CACHE/rootfs/$name.log" >&2
+    return 1
+  fi
+  # Package lists fresh in the cache, so a converge needs no full download first.
+  chroot "$dir" apt-get update -qq >>"$CACHE/rootfs/$name.log" 2>&1
+  chroot "$dir" apt-get clean
+  tar -C "$dir" --numeric-owner -cf "$tar.partial" .
+  mv "$tar.partial" "$tar"
+  rm -rf --one-file-system "$dir"
+  log "$name ready ($((SECONDS - t0)) s)"
+}
+
+debian_mirror="$(host_debian_mirror)"
+ubuntu_mirror="$(debootstrap_default_mirror jammy)"
+pids=()
+make_rootfs debian12 bookworm "$debian_mirror" & pids+=($!)
+(
+  [ -f "$CACHE/rootfs/ubuntu2204.tar" ] && exit 0
+  mkdir -p "$CACHE/rootfs"
+  ubuntu_keyring jammy "$ubuntu_mirror" "$CACHE/rootfs/ubuntu-archive.gpg"
+  make_rootfs ubuntu2204 jammy "$ubuntu_mirror" --components=main,universe \
+    --keyring="$CACHE/rootfs/ubuntu-archive.gpg"
+) & pids+=($!)
+
+# --- dependency wheels for each target's Python ----------------------------------------------
+wheels() {
+  # wheels PYVER: binary wheels of dask-hpc's dependencies for CPython PYVER on x86_64 Linux.
+  local ver=$1 dest="$CACHE/wheels/cp${1/./}" stamp
+  stamp="$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+  [ -f "$dest/.stamp-$stamp" ] && return 0
+  log "wheels for Python $ver"
+  rm -rf "$dest"; mkdir -p "$dest"
+  pip download -q --only-binary=:all: --python-version "$ver" --implementation cp \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    --platform manylinux_2_28_x86_64 -d "$dest" "$repo" 2>&1 | { grep -v 'is ignored' >&2 || true; }
+  rm -f "$dest"/dask_hpc-*   # the role gets the project's own wheel separately
+  local round extra
+  for round in 1 2 3; do
+    extra="$(python3 "$repo/tests/ansible/missing_wheels.py" "$dest" "$ver")"
+    [ -n "$extra" ] || break
+    log "wheels for Python $ver, round $round: adding $extra"
+    # shellcheck disable=SC2086
+    pip download -q --only-binary=:all: --python-version "$ver" --implementation cp \
+      --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+      --platform manylinux_2_28_x86_64 -d "$dest" $extra 2>&1 | { grep -v 'is ignored' >&2 || true; }
+  done
+  ls "$dest"/distributed-*.whl >/dev/null
+  touch "$dest/.stamp-$stamp"
+}
+wheels 3.11 & pids+=($!)
+wheels 3.10 & pids+=($!)
+
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+[ "$rc" = 0 ] || { echo "ansible.sh: setup failed" >&2; exit 1; }
+log "done in $((SECONDS - start)) s (cache $CACHE)"
