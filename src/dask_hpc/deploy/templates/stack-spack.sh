@@ -7,5 +7,5 @@
     spack -e "$env" install --fail-fast -j "$(nproc)"
     spack -e "$env" gc -y
     /opt/dask-hpc/view/bin/python3 -m venv --system-site-packages /opt/dask-hpc/venv
-    /opt/dask-hpc/venv/bin/pip install --no-cache-dir @{pip_packages}
+    @{pip_line}
     rm -rf /opt/spack /root/.spack /opt/dask-hpc/wheels

@@ -1,0 +1,221 @@
+"""Image builds: validate a target, then the exact commands that build its image."""
+
+from __future__ import annotations
+
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+from ..errors import UsageError
+from . import defcheck, definitions
+from .targets import Target
+
+ARCH_ALIASES: Mapping[str, str] = {"amd64": "x86_64", "ppc64el": "ppc64le", "arm64": "aarch64"}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a build, run from the repository root."""
+
+    what: str
+    argv: Sequence[str]
+
+    def __str__(self) -> str:
+        return shlex.join(self.argv)
+
+
+@dataclass
+class BuildPlan:
+    """Everything ``invoke build`` will do, in order."""
+
+    target: Target
+    definition: Path
+    output: Path
+    build_args: dict[str, str] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+
+
+def host_arch() -> str:
+    """This machine's architecture in the names our build data uses."""
+    machine = platform.machine()
+    return ARCH_ALIASES.get(machine, machine)
+
+
+def host_mirror() -> str:
+    """The Debian/Ubuntu mirror this host's apt uses for its own release (from apt's view)."""
+    try:
+        codename = next(
+            line.split("=", 1)[1].strip().strip('"')
+            for line in Path("/etc/os-release").read_text().splitlines()
+            if line.startswith("VERSION_CODENAME=")
+        )
+        policy = subprocess.run(
+            ["apt-cache", "policy"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, StopIteration, subprocess.CalledProcessError):
+        raise UsageError(
+            "cannot read this host's apt sources", "the local image needs a Debian host with apt"
+        ) from None
+    for line in policy.splitlines():
+        words = line.split()
+        if len(words) >= 3 and words[2] == f"{codename}/main" and words[1].startswith("http"):
+            return words[1]
+    raise UsageError(
+        f"no {codename}/main mirror in this host's apt sources",
+        "add one to /etc/apt/sources.list.d",
+    )
+
+
+def check_definition(text: str, build_args: Mapping[str, str], where: str) -> None:
+    """Raise UsageError naming the first problems if ``text`` would not build or breaks policy."""
+    problems = defcheck.check_text(text, build_args)
+    if problems:
+        shown = "; ".join(str(p) for p in problems[:3])
+        more = f" (+{len(problems) - 3} more)" if len(problems) > 3 else ""
+        raise UsageError(f"{where}: {shown}{more}", "fix the template or the site's build data")
+
+
+def _work_dir(target: Target, repo: Path) -> Path:
+    return repo.resolve() / "build" / "containers" / target.name
+
+
+def build_args(target: Target, repo: Path) -> dict[str, str]:
+    """The ``--build-arg`` values a build of ``target`` passes (none for the Spack sites)."""
+    if target.stack != "wheels":
+        return {}
+    work = _work_dir(target, repo)
+    return {
+        "base": str(work / f"base-{target.build['debian_suite']}"),
+        "wheels": str(work / "wheels"),
+    }
+
+
+def _local_steps(target: Target, repo: Path) -> list[Step]:
+    """Debian base from the host's mirror (cached) and wheels of dask-hpc and its dependencies."""
+    build = target.build
+    args = build_args(target, repo)
+    base, wheels = Path(args["base"]), Path(args["wheels"])
+    steps: list[Step] = []
+    if not (base / "usr" / "bin" / "python3").exists():
+        partial = base.with_name(base.name + ".partial")
+        include = ",".join(build["debian_packages"])
+        steps += [
+            Step("clear a half-made base", ["rm", "-rf", str(partial)]),
+            Step(
+                "Debian base from the host's mirror",
+                [
+                    "debootstrap",
+                    "--variant=minbase",
+                    f"--include={include}",
+                    str(build["debian_suite"]),
+                    str(partial),
+                    host_mirror(),
+                ],
+            ),
+            Step(
+                "no device nodes in a build base",
+                ["find", f"{partial}/dev", "-mindepth", "1", "-delete"],
+            ),
+            Step("base ready", ["mv", str(partial), str(base)]),
+        ]
+    version = metadata.version("dask-hpc")
+    pyver = str(build["python_version"])
+    platforms = [f"--platform=manylinux_2_{n}_x86_64" for n in (36, 35, 34, 31, 28, 27, 24, 17)]
+    steps += [
+        Step("fresh wheel directory", ["rm", "-rf", str(wheels)]),
+        Step(
+            "dask-hpc wheel",
+            ["python3", "-m", "pip", "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), "."],
+        ),
+        Step(
+            "dependency wheels for the image's Python",
+            [
+                "python3",
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--only-binary=:all:",
+                f"--python-version={pyver}",
+                "--implementation=cp",
+                *platforms,
+                "--platform=manylinux2014_x86_64",
+                "--dest",
+                str(wheels),
+                str(wheels / f"dask_hpc-{version}-py3-none-any.whl"),
+                *map(str, build.get("pip_packages") or []),
+            ],
+        ),
+    ]
+    return steps
+
+
+def plan(
+    target: Target,
+    repo: Path,
+    output: Path | None = None,
+    force: bool = False,
+    check_tools: bool = True,
+) -> BuildPlan:
+    """Validate ``target`` for this host and list the commands that build its image."""
+    repo = repo.resolve()
+    arch = host_arch()
+    if target.arch != arch:
+        raise UsageError(
+            f"a {target.arch} image cannot be built on this {arch} host",
+            f"build it on a {target.arch} machine (see containers/README.md)",
+        )
+    definition = definitions.definition_path(repo / "containers", target)
+    if not definition.is_file():
+        raise UsageError(f"{definition} is missing", "run: invoke definitions")
+    text = definition.read_text()
+    if text != definitions.render(target):
+        raise UsageError(
+            f"{definition.relative_to(repo)} is out of date", "run: invoke definitions"
+        )
+    output = (output or Path(f"dask-hpc-{target.name}.sif")).resolve()
+    if output.exists() and not force:
+        raise UsageError(f"{output} exists", "remove it or pass --force")
+    result = BuildPlan(target=target, definition=definition, output=output)
+    if target.stack == "spack":
+        env = repo / "spack" / "envs" / target.name / "spack.yaml"
+        if not env.is_file():
+            raise UsageError(
+                f"no Spack environment {env.relative_to(repo)}", "the image's stack comes from it"
+            )
+    elif target.stack == "wheels":
+        result.build_args, result.steps = build_args(target, repo), _local_steps(target, repo)
+    check_definition(text, result.build_args, str(definition.relative_to(repo)))
+    if check_tools:
+        needed = ["apptainer"] + (
+            ["debootstrap"] if any(s.argv[0] == "debootstrap" for s in result.steps) else []
+        )
+        for tool in needed:
+            if shutil.which(tool) is None:
+                raise UsageError(f"{tool} is not on PATH", "install it (containers/README.md)")
+    argv = ["apptainer", "build", *map(str, target.build.get("build_flags") or [])]
+    argv += ["--force"] if force else []
+    for key, value in result.build_args.items():
+        argv += ["--build-arg", f"{key}={value}"]
+    argv += [str(output), str(definition.relative_to(repo))]
+    result.steps.append(Step("the image", argv))
+    return result
+
+
+def execute(build_plan: BuildPlan, repo: Path, echo: bool = True) -> None:
+    """Run every step from ``repo``; UsageError naming the step that failed."""
+    for step in build_plan.steps:
+        if echo:
+            print(f"+ {step}", flush=True)
+        try:
+            rc = subprocess.run(list(step.argv), cwd=repo, env=os.environ.copy()).returncode
+        except FileNotFoundError:
+            raise UsageError(f"{step.argv[0]} is not on PATH", f"needed for: {step.what}") from None
+        if rc != 0:
+            raise UsageError(f"build step failed (exit {rc}): {step.what}", str(step))

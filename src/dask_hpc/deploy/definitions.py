@@ -1,0 +1,130 @@
+"""Render each target's Apptainer definition from one template and the target's build data."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from importlib import metadata
+from pathlib import Path
+
+from .targets import PACKAGE_MANAGERS, Target
+from .templating import template
+
+INDENT = "    "
+SPACK_VERSION = "v1.1.1"
+
+# Per stack: the files the build stage copies in, the %post script, and default build args.
+STACKS: Mapping[str, Mapping[str, object]] = {
+    "spack": {
+        "files": [
+            "spack /opt/dask-hpc/spack",
+            "pyproject.toml /opt/dask-hpc/src/pyproject.toml",
+            "src /opt/dask-hpc/src/src",
+        ],
+        "script": "stack-spack.sh",
+        "arguments": {"spack_version": SPACK_VERSION},
+    },
+    "wheels": {
+        "files": ["{{ wheels }} /opt/dask-hpc/wheels"],
+        "script": "stack-wheels.sh",
+        "arguments": {},
+    },
+}
+
+
+def _lines(lines: list[str], indent: str = INDENT) -> str:
+    return "\n".join(indent + line if line else "" for line in lines)
+
+
+def _install(manager: str, packages: list[str]) -> str:
+    if not packages:
+        return INDENT + ": no system packages to add"
+    return _lines(PACKAGE_MANAGERS[manager].format(packages=" ".join(packages)).splitlines())
+
+
+def _pip_line(build: Mapping[str, object]) -> str:
+    """A pip line for the packages no stack provides (pip_packages, built with pip_env)."""
+    packages = [str(p) for p in build.get("pip_packages") or []]
+    if not packages:
+        return ": no extra Python packages"
+    env = [f"{k}={v}" for k, v in dict(build.get("pip_env") or {}).items()]  # type: ignore[call-overload]
+    return " ".join([*env, "/opt/dask-hpc/venv/bin/pip install --no-cache-dir", *packages])
+
+
+def _tests(build: Mapping[str, object]) -> str:
+    lines = [
+        f"python -c \"import importlib.util as u, sys; sys.exit(u.find_spec('{m}') is None)\""
+        for m in build.get("gpu_modules") or []
+    ]
+    lines += [str(line) for line in build.get("tests") or []]
+    return _lines(lines)
+
+
+def pinned_version(dist: str) -> str:
+    """The version dask-hpc pins ``dist`` to (``dist==X`` in its requirements), else ``any``."""
+    for req in metadata.requires("dask-hpc") or []:
+        m = re.match(rf"{re.escape(dist)}(\[[^\]]*\])?\s*==\s*([^;\s,]+)", req)
+        if m:
+            return m.group(2)
+    return "any"
+
+
+def launch_example(target: Target) -> str:
+    """The site's launcher running one container per rank (for %help and the README)."""
+    from .jobscript import launch_command  # jobscript holds the launcher data
+
+    gpus = int(target.build.get("example_workers_per_node") or 2)
+    kind = "gpu" if target.gpu_vendor else "cpu"
+    return launch_command(
+        target,
+        nodes=2,
+        workers_per_node=gpus,
+        image="IMAGE",
+        worker_type=kind,
+        command="python job.py",
+    )
+
+
+def render(target: Target) -> str:
+    """The complete definition text for ``target``."""
+    build = target.build
+    stack = STACKS[target.stack]
+    arguments = {
+        "base_image": build["base_image"],
+        "runtime_image": build.get("runtime_image", build["base_image"]),
+        **stack["arguments"],  # type: ignore[dict-item]
+    }
+    header = {"bootstrap": build.get("bootstrap", "docker")}
+    manager = str(build.get("package_manager", "apt"))
+    stack_script = template(str(stack["script"])).substitute(
+        name=target.name,
+        pip_line=_pip_line(build),
+        pip_packages=" ".join(str(p) for p in build.get("pip_packages") or []),
+    )
+    gpu_flag = target.gpu_flag + " " if target.gpu_flag else ""
+    return template("apptainer.def").substitute(
+        name=target.name,
+        description=target.description,
+        build_bootstrap=header["bootstrap"],
+        build_header="From: {{ base_image }}",
+        runtime_bootstrap=header["bootstrap"],
+        runtime_header="From: {{ runtime_image }}",
+        arguments=_lines([f"{k}={v}" for k, v in arguments.items()]),
+        build_files=_lines(list(stack["files"])),  # type: ignore[call-overload]
+        build_packages=_install(manager, list(build.get("build_packages") or [])),
+        stack=stack_script.rstrip("\n"),
+        runtime_packages=_install(manager, list(build.get("runtime_packages") or [])),
+        tests=_tests(build),
+        version=metadata.version("dask-hpc"),
+        dask_version=pinned_version("dask"),
+        gpu_runtime=build.get("gpu_runtime", "none"),
+        arch=target.arch,
+        runtime_image=arguments["runtime_image"],
+        launch_example=launch_example(target),
+        gpu_flag_example=gpu_flag,
+    )
+
+
+def definition_path(containers_dir: Path, target: Target) -> Path:
+    """Where the committed definition of ``target`` lives."""
+    return containers_dir / f"{target.name}.def"

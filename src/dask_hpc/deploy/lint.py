@@ -1,0 +1,79 @@
+"""``invoke lint``: definitions, Spack environments, Ansible and Python, each by its own checker."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from ..errors import UsageError
+from . import defcheck, definitions
+from .build import build_args
+from .targets import all_targets
+
+
+class Runner(Protocol):
+    """What lint needs of an invoke Context."""
+
+    def run(self, command: str, **kwargs: Any) -> Any: ...
+
+
+def lint_definitions(repo: Path) -> list[str]:
+    """Every committed definition: rendered from current data, valid Apptainer, our policy."""
+    problems = []
+    containers = repo / "containers"
+    targets = {definitions.definition_path(containers, t): t for t in all_targets().values()}
+    for path in sorted((repo / "containers").glob("*.def")):
+        rel = path.relative_to(repo)
+        target = targets.get(path)
+        if target and path.read_text() != definitions.render(target):
+            problems.append(f"{rel}: out of date (run: invoke definitions)")
+        args = build_args(target, repo) if target else {}
+        problems += [f"{rel}: {p}" for p in defcheck.check_text(path.read_text(), args)]
+    for path in targets:
+        if not path.exists():
+            problems.append(f"{path.relative_to(repo)}: missing (run: invoke definitions)")
+    return problems
+
+
+def lint_spack(repo: Path) -> list[str]:
+    """Each Spack environment parses as YAML with a top-level ``spack:`` mapping."""
+    problems = []
+    for path in sorted((repo / "spack").glob("**/spack.yaml")) + [repo / "spack.yaml"]:
+        if not path.exists():
+            continue
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError as e:
+            problems.append(f"{path.relative_to(repo)}: {str(e).splitlines()[0]}")
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("spack"), dict):
+            problems.append(f"{path.relative_to(repo)}: no top-level 'spack:' mapping")
+    return problems
+
+
+def lint_all(c: Runner, repo: Path) -> None:
+    """Run every linter; UsageError listing what failed."""
+    failed = []
+    for name, check in (("definitions", lint_definitions), ("spack", lint_spack)):
+        problems = check(repo)
+        for p in problems:
+            print(p)
+        print(f"{name}: {'FAILED' if problems else 'ok'}")
+        failed += [name] if problems else []
+    commands = {"ansible": "ansible-lint -q ansible", "python": "ruff check ."}
+    for name, command in commands.items():
+        tool = command.split()[0]
+        if shutil.which(tool) is None:
+            print(f"{name}: {tool} is not on PATH")
+            failed.append(name)
+            continue
+        ok = c.run(
+            command, warn=True, pty=False, env={"ANSIBLE_HOME": str(repo / "build" / "ansible")}
+        ).ok
+        print(f"{name}: {'ok' if ok else 'FAILED'}")
+        failed += [] if ok else [name]
+    if failed:
+        raise UsageError(f"lint failed: {', '.join(failed)}")

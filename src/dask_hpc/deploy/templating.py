@@ -1,0 +1,18 @@
+"""The one template syntax of our data files: ``@{name}`` (shell's ``$`` and ``@`` stay as is)."""
+
+from __future__ import annotations
+
+import string
+from importlib import resources
+
+
+class Template(string.Template):
+    """``string.Template`` that only knows ``@{name}`` placeholders."""
+
+    delimiter = "@"
+    pattern = r"@(?:(?P<escaped>(?!))|(?P<named>(?!))|\{(?P<braced>[a-z_]+)\}|(?P<invalid>(?!)))"
+
+
+def template(name: str) -> Template:
+    """The template file ``templates/NAME`` of this package."""
+    return Template(resources.files(__package__).joinpath("templates", name).read_text())
