@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import REPO
+from support import REPO
 
 ENTRY = REPO / "entrypoints"
 

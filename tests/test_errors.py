@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import start_cluster
 from harness.mpi import mpich
+from support import start_cluster
 
 
 def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:

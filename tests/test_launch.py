@@ -7,9 +7,9 @@ import shlex
 from pathlib import Path
 
 import pytest
-from conftest import probe, probe_result, start_cluster
 from harness.emulate import emulated_jsrun, emulated_pals
 from harness.mpi import mpich, openmpi
+from support import probe, probe_result, start_cluster
 
 LOOPBACK = ["--interface", "lo", "--local-directory"]
 

@@ -9,7 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from conftest import probe, probe_result, start_cluster
+from support import probe, probe_result, start_cluster
 
 
 def test_script_mode_runs_command_once_every_worker_is_connected(

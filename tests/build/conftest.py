@@ -1,0 +1,42 @@
+"""Fixtures for the container tests: invoke as a subprocess, and the real local image."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from build_support import IMAGE_BUILD_TIMEOUT, REPO, invoke_argv, require_apptainer, require_sidroot  # noqa: F401
+
+
+@pytest.fixture
+def invoke(run_cmd: Callable[..., object]) -> Callable[..., object]:
+    """``invoke(*args, timeout=60, env=None)``: run an invoke task from the repository root."""
+
+    def _run(*args: str, timeout: float = 60, env: dict[str, str] | None = None) -> object:
+        return run_cmd(invoke_argv(*args), timeout=timeout, env=env, cwd=REPO)
+
+    return _run
+
+
+@pytest.fixture(scope="session")
+def local_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The image `invoke build --site local` makes, built once per session (for real)."""
+    require_apptainer()
+    out = tmp_path_factory.mktemp("image") / "dask-hpc-local.sif"
+    result = subprocess.run(
+        invoke_argv("build", "--site", "local", "--output", str(out)),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=IMAGE_BUILD_TIMEOUT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert result.returncode == 0, (
+        f"invoke build --site local failed ({result.returncode})\n"
+        f"--- stdout\n{result.stdout[-6000:]}\n--- stderr\n{result.stderr[-6000:]}"
+    )
+    assert out.is_file()
+    return out

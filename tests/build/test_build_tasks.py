@@ -1,0 +1,118 @@
+"""invoke's task list, help texts, `invoke sites`, dry runs and one-line errors."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from build_support import REPO
+
+TASKS = ("build", "sites", "job", "lint", "test", "definitions")
+
+
+def test_every_task_is_listed_with_help(invoke) -> None:
+    result = invoke("--list")
+    assert result.returncode == 0, result.stderr
+    for name in TASKS:
+        line = next((ln for ln in result.stdout.splitlines() if ln.strip().startswith(name)), "")
+        assert len(line.split()) > 1, f"{name} has no help text in invoke --list"
+
+
+@pytest.mark.parametrize("name", TASKS)
+def test_task_help(invoke, name: str) -> None:
+    result = invoke("--help", name)
+    assert result.returncode == 0, result.stderr
+    assert "Docstring:\n  none" not in result.stdout
+    options = [ln for ln in result.stdout.splitlines() if ln.strip().startswith("-")]
+    for option in options:
+        assert len(option.split()) > 1 or option.strip() == "", f"{name}: {option} lacks help"
+
+
+def test_build_help_names_its_options(invoke) -> None:
+    out = invoke("--help", "build").stdout
+    for option in ("--site", "--output", "--dry-run", "--force"):
+        assert option in out
+
+
+def test_sites_table(invoke) -> None:
+    result = invoke("sites")
+    assert result.returncode == 0, result.stderr
+    rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:]}
+    assert set(rows) == {"aurora", "deepops", "frontier", "local", "perlmutter", "polaris",
+                         "summit", "thetagpu"}
+    assert "lsf" in rows["summit"] and "jsrun" in rows["summit"]
+    assert "nvidia/cuda:12.4.1-devel-ubi8" in rows["summit"] and "power9le" in rows["summit"]
+    assert "pbs" in rows["aurora"] and "6 intel" in rows["aurora"] and "oneapi" in rows["aurora"]
+    assert "cobalt" in rows["thetagpu"] and "openmpi" in rows["thetagpu"]
+    assert "rocm/" in rows["frontier"] and "8 amd" in rows["frontier"]
+    assert "detected nvidia" in rows["deepops"]
+
+
+def test_dry_run_prints_the_exact_build_command(invoke) -> None:
+    result = invoke("build", "--site", "local", "--dry-run", "--output", "/tmp/x/out.sif")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[-1].startswith("apptainer build ")
+    assert lines[-1].endswith(" /tmp/x/out.sif containers/local.def")
+    assert any(ln.startswith("python3 -m pip download") for ln in lines)
+    assert not Path("/tmp/x/out.sif").exists()
+
+
+def _one_line_error(result, expected: str) -> None:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr + result.stdout
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and expected in lines[0], lines[0]
+
+
+def test_unknown_site_is_one_line(invoke) -> None:
+    _one_line_error(invoke("build", "--site", "nowhere"), "unknown site 'nowhere'")
+    _one_line_error(invoke("job", "--site", "nowhere", "--nodes", "1", "--", "x"),
+                    "unknown site 'nowhere'")
+
+
+def test_foreign_architecture_is_one_line(invoke) -> None:
+    _one_line_error(invoke("build", "--site", "summit", "--dry-run"),
+                    "a ppc64le image cannot be built on this x86_64 host")
+
+
+def test_missing_apptainer_is_one_line(invoke, tagged_env, tmp_path: Path) -> None:
+    env = dict(tagged_env)
+    env["PATH"] = str(Path(sys.executable).parent)  # python and invoke, no apptainer
+    result = invoke("build", "--site", "local", "--output", str(tmp_path / "a.sif"), env=env)
+    _one_line_error(result, "apptainer is not on PATH")
+
+
+def test_bad_numbers_are_one_line(invoke) -> None:
+    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "two", "--", "x"),
+                    "--nodes takes a whole number")
+    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1", "--walltime", "1:75",
+                           "--", "x"), "bad walltime")
+    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1"), "no command to run")
+
+
+def test_existing_image_is_not_overwritten(invoke, tmp_path: Path) -> None:
+    out = tmp_path / "keep.sif"
+    out.write_text("precious")
+    _one_line_error(invoke("build", "--site", "local", "--dry-run", "--output", str(out)),
+                    "exists")
+    assert out.read_text() == "precious"
+
+
+def test_definitions_are_up_to_date(invoke) -> None:
+    result = invoke("definitions", "--check")
+    assert result.returncode == 0, result.stderr + result.stdout
+
+
+def test_build_refuses_a_stale_definition(tmp_path: Path) -> None:
+    from dask_hpc.deploy import build
+    from dask_hpc.deploy.targets import load_target
+    from dask_hpc.errors import UsageError
+
+    (tmp_path / "containers").mkdir()
+    text = (REPO / "containers" / "local.def").read_text()
+    (tmp_path / "containers" / "local.def").write_text(text.replace("=1", "=0"))
+    with pytest.raises(UsageError, match="out of date"):
+        build.plan(load_target("local"), tmp_path, check_tools=False)
