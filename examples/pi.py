@@ -54,7 +54,7 @@ def count_inside(n: int, seed: int) -> tuple[int, str]:
 
 def estimate(client: Client, samples: int) -> tuple[float, list[str]]:
     """Split ``samples`` over the workers, one task each, and combine their counts."""
-    workers = sorted(client.scheduler_info()["workers"])
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
     share, extra = divmod(samples, len(workers))
     futures = [
         client.submit(count_inside, share + (i < extra), 1000 + i, workers=[w], pure=False)
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--samples must be positive")
 
     with Client() as client:  # start-cluster's DASK_* variables say where and how
-        workers = len(client.scheduler_info()["workers"])
+        workers = len(client.scheduler_info(n_workers=-1)["workers"])
         start = time.perf_counter()
         pi, libraries = estimate(client, args.samples)
         seconds = time.perf_counter() - start
