@@ -75,6 +75,7 @@ class Plan:
     protocol: str
     timeout: float
     poll_interval: float
+    poll_max_interval: float
     command: list[str] | None
     jupyter: bool
     processes: list[ProcessSpec]
@@ -420,6 +421,7 @@ def make_plan(
         protocol=protocol,
         timeout=timeout,
         poll_interval=float(config.get("poll-interval")),
+        poll_max_interval=float(config.get("poll-max-interval")),
         command=command,
         jupyter=args.jupyter,
         processes=processes,

@@ -342,7 +342,7 @@ class WorkerRank(Rank):
             self.sup.poll(
                 min(interval * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic()))
             )
-            interval = min(interval * 1.5, 2.0)
+            interval = min(interval * 1.5, plan.poll_max_interval)
 
     def run(self) -> int:
         plan = self.plan
