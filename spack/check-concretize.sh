@@ -7,10 +7,12 @@
 # (the builtin repository). Python needs the clingo module (pip install clingo).
 # Downloads nothing: bootstrapping is disabled and Spack's configuration is
 # kept in a private temporary directory. Environments run one at a time.
+# Set LOG_DIR to keep each environment's full log (LOG_DIR/ENV.log) and its
+# concretized specs (LOG_DIR/ENV.spec); otherwise only the head of an error is shown.
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n 2,9p "$0" >&2
+  sed -n 2,11p "$0" >&2
   exit 2
 fi
 spack_dir="$(cd "$1" && pwd)"
@@ -26,6 +28,7 @@ if [ ${#envs[@]} -eq 0 ]; then
   for d in "$here"/envs/*/; do envs+=("$(basename "$d")"); done
 fi
 
+if [ -n "${LOG_DIR:-}" ]; then mkdir -p "$LOG_DIR"; LOG_DIR="$(cd "$LOG_DIR" && pwd)"; fi
 work="$(mktemp -d "${TMPDIR:-/tmp}/dask-hpc-spack.XXXXXX")"
 trap 'rm -rf "$work"' EXIT
 # (Not SPACK_DISABLE_LOCAL_CONFIG: that would drop the private user scope too.)
@@ -60,14 +63,18 @@ for env in "${envs[@]}"; do
        --path "$(dirname "$here")" py-dask-hpc@=0.1.0 >"$log" 2>&1 &&
      "$spack_dir/bin/spack" -e "$work/envs/$env" concretize -f >>"$log" 2>&1; then
     took=$(( $(date +%s) - start ))
-    picked=$("$spack_dir/bin/spack" -e "$work/envs/$env" spec -l --no-install-status 2>/dev/null \
-      | grep -oE "(^|[ ^])($key)@[^ %+~]+" | tr -d ' ^' | sort -u | tr '\n' ' ')
+    "$spack_dir/bin/spack" -e "$work/envs/$env" spec -l --no-install-status \
+      >"$work/$env.spec" 2>/dev/null || true
+    picked=$(grep -oE "(^|[ ^])($key)@[^ %+~]+" "$work/$env.spec" | tr -d ' ^' | sort -u \
+      | tr '\n' ' ')
     echo "OK   $env ${took}s $picked"
+    if [ -n "${LOG_DIR:-}" ]; then cp "$work/$env.spec" "$LOG_DIR/$env.spec"; fi
   else
     took=$(( $(date +%s) - start ))
     echo "FAIL $env ${took}s (log below)"
     grep -q Error "$log" && sed -n "/Error/,\$p" "$log" | head -60 || tail -60 "$log"
     status=1
   fi
+  if [ -n "${LOG_DIR:-}" ]; then cp "$log" "$LOG_DIR/$env.log"; fi
 done
 exit $status

@@ -96,7 +96,7 @@ def test_recipes_parse_without_spack() -> None:
 
 
 @pytest.mark.parametrize("spec, names", [
-    ("py-dask@2026.8.0 +array +dataframe", ["py-dask"]),
+    ("py-dask@2026.7.1 +array +dataframe", ["py-dask"]),
     ("py-cupy +cuda cuda_arch=80 ^cuda@12.6 %gcc", ["py-cupy", "cuda", "gcc"]),
     ("%c,cxx=gcc", ["gcc"]),
     ("target=zen3", []),
@@ -107,12 +107,34 @@ def test_spec_names(spec: str, names: list[str]) -> None:
     assert spackcheck.spec_names(spec) == names
 
 
+@pytest.mark.parametrize("pip, spack", [
+    (">=3.1,<3.10", "3.1:3.9"),
+    (">=3.1", "3.1:"),
+    (">=1.2,<2.0", "1.2:1"),
+    (">=2,<3.0.0", "2:2"),
+    ("==3.1", None),
+    (">=3.1,!=3.5", None),
+])
+def test_spack_range_for(pip: str, spack: str | None) -> None:
+    assert spackcheck.spack_range_for(pip) == spack
+
+
+def test_pypi_pins_match_pyproject() -> None:
+    """Every NVIDIA site installs exactly pyproject.toml's cuda extra."""
+    want = spackcheck.pyproject_info(ROOT)["full"]["dask-cuda"]
+    assert want == "dask-cuda[cu12]==26.10.*"
+    for env in spackcheck.DASK_CUDA_ENVS:
+        lines = [ln.split("#", 1)[0].strip()
+                 for ln in (ROOT / ENVS / env / "pypi.txt").read_text().splitlines()]
+        assert want in lines, env
+
+
 Breaker = Callable[[Path], None]
 ENVS = Path("spack") / "envs"
 
 
 def _unpin_distributed(r: Path) -> None:
-    edit(r / "spack" / "common.yaml", "require: ['@2026.8.0']", "require: ['@2026.3.0']")
+    edit(r / "spack" / "common.yaml", "require: ['@2026.7.1']", "require: ['@2026.3.0']")
 
 
 def _drop_include(r: Path) -> None:
@@ -174,7 +196,7 @@ def _recipe_class(r: Path) -> None:
 
 def _recipe_dep_pin(r: Path) -> None:
     edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-         'depends_on("py-distributed@2026.8.0")', 'depends_on("py-distributed@2026.3.0")')
+         'depends_on("py-distributed@2026.7.1")', 'depends_on("py-distributed@2026.3.0")')
 
 
 def _recipe_missing_dep(r: Path) -> None:
@@ -184,7 +206,29 @@ def _recipe_missing_dep(r: Path) -> None:
 
 def _overlay_no_sha(r: Path) -> None:
     edit(spackcheck.our_repo(r) / "packages" / "py_dask" / "package.py",
-         'version("2026.8.0", sha256="8a94', 'version("2026.8.1", sha256="8a94')
+         'version("2026.7.1", sha256="5727', 'version("2026.7.2", sha256="5727')
+
+
+def _bokeh_range(r: Path) -> None:
+    edit(r / "spack" / "common.yaml", "require: ['@3.1:3.9']", "require: ['@3.1:']")
+
+
+def _recipe_bokeh(r: Path) -> None:
+    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+         'depends_on("py-bokeh@3.1:3.9")', 'depends_on("py-bokeh@3.1:3.10")')
+
+
+def _dask_cuda_line(r: Path) -> None:
+    edit(r / ENVS / "perlmutter" / "pypi.txt", "dask-cuda[cu12]==26.10.*", "dask-cuda==26.10.*")
+
+
+def _stale_pypi_file(r: Path) -> None:
+    (r / ENVS / "polaris" / "pypi-nodeps.txt").write_text("dask-cuda==26.10.*\n")
+
+
+def _no_python_floor(r: Path) -> None:
+    edit(r / "spack" / "include" / "nvidia-x86_64.yaml", "require: ['@3.11:']",
+         "require: ['@3.10:']")
 
 
 def _namespace(r: Path) -> None:
@@ -212,7 +256,7 @@ def _broken_yaml(r: Path) -> None:
 
 
 @pytest.mark.parametrize("breaker, message", [
-    (_unpin_distributed, "py-dask pinned to 2026.8.0 but py-distributed to 2026.3.0"),
+    (_unpin_distributed, "py-dask pinned to 2026.7.1 but py-distributed to 2026.3.0"),
     (_drop_include, "polaris/spack.yaml: does not include spack/common.yaml"),
     (_wrong_include, "included file"),
     (_wrong_target, "target ['zen3'], site yaml says spack_target 'zen2'"),
@@ -226,9 +270,14 @@ def _broken_yaml(r: Path) -> None:
     (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
     (_recipe_version, "lack pyproject.toml's 0.2.0"),
     (_recipe_class, "Spack expects class PyDaskHpc"),
-    (_recipe_dep_pin, "pyproject.toml pins distributed==2026.8.0"),
+    (_recipe_dep_pin, "pyproject.toml pins distributed==2026.7.1"),
     (_recipe_missing_dep, "no depends_on('py-psutil...')"),
-    (_overlay_no_sha, "py_dask recipe: no version('2026.8.0'"),
+    (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
+    (_bokeh_range, "bokeh range ['3.1:'], pyproject.toml's bokeh>=3.1,<3.10 is @3.1:3.9"),
+    (_recipe_bokeh, "depends_on('py-bokeh@3.1:3.10'): bokeh range ['3.1:3.10']"),
+    (_dask_cuda_line, "differs from pyproject.toml's 'dask-cuda[cu12]==26.10.*'"),
+    (_stale_pypi_file, "pypi-nodeps.txt: not a PyPI file the image build installs"),
+    (_no_python_floor, "dask-cuda needs python@3.11:"),
     (_namespace, "namespace 'daskhpc' must be 'dask_hpc'"),
     (_missing_env, "perlmutter/spack.yaml: missing"),
     (_dataframe_dropped, "py-dask must require +dataframe explicitly"),
@@ -243,7 +292,7 @@ def test_broken_copy_is_rejected(repo: Path, breaker: Breaker, message: str) -> 
 
 def test_pyproject_pin_change_is_caught(repo: Path) -> None:
     """Bumping dask in pyproject.toml alone leaves Spack behind: rejected."""
-    edit(repo / "pyproject.toml", "==2026.8.0", "==2026.9.0", count=2)
+    edit(repo / "pyproject.toml", "==2026.7.1", "==2026.9.0", count=2)
     found = problems(repo)
-    assert "py-dask pinned to 2026.8.0, pyproject.toml pins dask==2026.9.0" in found
-    assert "py-distributed pinned to 2026.8.0, pyproject.toml pins distributed==2026.9.0" in found
+    assert "py-dask pinned to 2026.7.1, pyproject.toml pins dask==2026.9.0" in found
+    assert "py-distributed pinned to 2026.7.1, pyproject.toml pins distributed==2026.9.0" in found

@@ -37,25 +37,33 @@ SITE_ENVS: dict[str, str] = {
 #: Packages every environment gets from spack/common.yaml's ``dask_stack``.
 STACK = ("py-dask-hpc", "py-dask", "py-distributed", "py-bokeh", "py-numpy")
 
+#: pyproject.toml dependencies with a version range (not an == pin) that Spack must
+#: express identically: (PyPI name, Spack name).
+RANGED = (("bokeh", "py-bokeh"),)
+
 #: Spack virtual packages and the ``all`` pseudo-package, valid as ``packages:`` keys.
 VIRTUALS = frozenset({"all", "c", "cxx", "fortran", "mpi", "blas", "lapack"})
 
 #: Newest CUDA with ppc64le installers.
 PPC64LE_MAX_CUDA = (12, 4)
 
+#: NVIDIA x86_64 sites: dask-cuda from PyPI on top of the Spack environment.
+DASK_CUDA_ENVS = ("thetagpu", "polaris", "perlmutter", "deepops")
+
+#: dask-cuda 26.10 requires Python >= 3.11 and NumPy 2 (its wheel's metadata).
+DASK_CUDA_MIN_PYTHON = (3, 11)
+
 #: PyPI-only packages (not in Spack) each environment must install, by file.
 PYPI_EXTRAS: dict[str, dict[str, tuple[str, ...]]] = {
     "aurora": {"pypi.txt": ("dpctl", "dpnp")},
-    **{
-        env: {"pypi-nodeps.txt": ("dask-cuda",), "pypi.txt": ("cuda-core", "nvidia-ml-py")}
-        for env in ("thetagpu", "polaris", "perlmutter", "deepops")
-    },
+    **{env: {"pypi.txt": ("dask-cuda",)} for env in DASK_CUDA_ENVS},
 }
 
 _NAME = r"[a-z0-9][a-z0-9-]*"
 _SPEC_NAME = re.compile(rf"^\s*({_NAME})(?=[\s@+~%^]|$)")
 _DEP_NAME = re.compile(rf"[\^%]\s*(?:[a-z]+(?:,[a-z]+)*=)?({_NAME})")
 _PIN = re.compile(r"@=?([0-9][0-9A-Za-z.]*)")
+_RANGE = re.compile(r"@([0-9][0-9.]*:[0-9.]*)")
 _URL = re.compile(r"\b[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 
 
@@ -97,6 +105,31 @@ def version_tuple(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def spack_range_for(pip_spec: str) -> str | None:
+    """Spack's range for a pip specifier of the form ``>=A`` or ``>=A,<B``.
+
+    ``>=3.1,<3.10`` -> ``3.1:3.9`` (Spack's ``:3.9`` includes every 3.9.x); ``>=3.1``
+    -> ``3.1:``. None for anything else (an upper bound ending in 0 beyond the first
+    component, ``==``, ``!=``...), which the caller reports.
+    """
+    parts = dict(
+        (m.group(1), m.group(2))
+        for m in (re.fullmatch(r"(>=|<)\s*([0-9][0-9.]*)", p.strip()) for p in pip_spec.split(","))
+        if m
+    )
+    if ">=" not in parts or len(parts) != len(pip_spec.split(",")):
+        return None
+    if "<" not in parts:
+        return f"{parts['>=']}:"
+    upper = list(version_tuple(parts["<"]))
+    while len(upper) > 1 and upper[-1] == 0:
+        upper.pop()
+    if not upper or upper[-1] == 0:
+        return None
+    upper[-1] -= 1
+    return f"{parts['>=']}:{'.'.join(map(str, upper))}"
+
+
 def pyproject_info(root: Path) -> dict[str, Any]:
     """Version, dependency names and pins from pyproject.toml."""
     text = (root / "pyproject.toml").read_text(encoding="utf-8")
@@ -117,18 +150,21 @@ def pyproject_info(root: Path) -> dict[str, Any]:
         extras = {"cuda": re.findall(r'"(dask-cuda[^"]*)"', text)}
     pins: dict[str, str] = {}
     names: dict[str, str] = {}
+    full: dict[str, str] = {}
     for dep in deps + extras.get("cuda", []):
         m = re.match(r"([A-Za-z0-9_.-]+)(\[[^\]]*\])?\s*(.*)", dep)
         if not m:
             continue
         name = m.group(1).lower().replace("_", "-")
         names[name] = m.group(3)
+        full[name] = re.sub(r"\s+", "", dep.split(";", 1)[0])
         exact = re.match(r"==\s*([0-9][0-9A-Za-z.*]*)$", m.group(3).strip())
         if exact:
             pins[name] = exact.group(1)
     return {
         "version": version,
         "requirements": names,
+        "full": full,
         "pins": pins,
         "runtime": [n for n in names if n != "dask-cuda"],
     }
@@ -350,6 +386,12 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
                         f"py-dask-hpc recipe: depends_on({deps[f'py-{req}']!r}) "
                         f"but pyproject.toml pins {req}=={py['pins'][req]}"
                     )
+        for name, spack_name in RANGED:
+            if spack_name in deps:
+                found = [m.group(1) for m in [_RANGE.search(deps[spack_name])] if m]
+                problems += _range_problems(
+                    f"py-dask-hpc recipe: depends_on({deps[spack_name]!r})", found, name, py
+                )
     for pkg_dir in ("py_dask", "py_distributed"):
         info = recipes.get(pkg_dir)
         if info is None or pin is None:
@@ -361,6 +403,19 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
                 "for the pinned release"
             )
     return problems, names
+
+
+def _range_problems(where: str, found: list[str], name: str, py: dict[str, Any]) -> list[str]:
+    """A Spack version range must be exactly pyproject.toml's for ``name``."""
+    spec = py["requirements"].get(name)
+    if spec is None:
+        return []
+    want = spack_range_for(spec)
+    if want is None:
+        return [f"pyproject.toml: cannot translate {name}{spec} into a Spack range"]
+    if found != [want]:
+        return [f"{where}: {name} range {found}, pyproject.toml's {name}{spec} is @{want}"]
+    return []
 
 
 def check_common(root: Path, py: dict[str, Any]) -> tuple[list[str], str | None]:
@@ -399,6 +454,13 @@ def check_common(root: Path, py: dict[str, Any]) -> tuple[list[str], str | None]
                 f"{common_path}: {spack_name} pinned to {pins[spack_name]}, "
                 f"pyproject.toml pins {name}=={want}"
             )
+    for name, spack_name in RANGED:
+        problems += _range_problems(
+            f"{common_path}: packages:{spack_name}:require",
+            [m.group(1) for r in scopes.requires(spack_name) for m in [_RANGE.search(r)] if m],
+            name,
+            py,
+        )
     dask_req = " ".join(scopes.requires("py-dask"))
     for variant in ("+array", "+dataframe", "+distributed"):
         if variant not in dask_req:
@@ -455,7 +517,13 @@ def _tag_version(image: str) -> tuple[int, ...]:
     return version_tuple(tag.split("-", 1)[0])
 
 
-def check_site_env(root: Path, env_name: str, site: dict[str, Any], known: set[str]) -> list[str]:
+def check_site_env(
+    root: Path,
+    env_name: str,
+    site: dict[str, Any],
+    known: set[str],
+    py: dict[str, Any] | None = None,
+) -> list[str]:
     """Check one spack/envs/<env_name>/spack.yaml against its site profile."""
     env_dir = root / "spack" / "envs" / env_name
     manifest = env_dir / "spack.yaml"
@@ -542,15 +610,36 @@ def check_site_env(root: Path, env_name: str, site: dict[str, Any], known: set[s
             problems.append(f"{where}: Intel GPU site needs intel-oneapi-compilers (external)")
     for fname, needed in PYPI_EXTRAS.get(env_name, {}).items():
         path = env_dir / fname
-        reqs = []
+        reqs: dict[str, str] = {}
         if path.is_file():
             for line in path.read_text(encoding="utf-8").splitlines():
-                m = re.match(r"\s*([A-Za-z0-9_.-]+)", line.split("#", 1)[0])
+                line = line.split("#", 1)[0]
+                m = re.match(r"\s*([A-Za-z0-9_.-]+)", line)
                 if m:
-                    reqs.append(m.group(1).lower())
+                    reqs[m.group(1).lower().replace("_", "-")] = re.sub(r"\s+", "", line)
         for name in needed:
             if name not in reqs:
                 problems.append(f"{path}: must list {name} (not in Spack, installed from PyPI)")
+            elif py is not None and name in py["full"] and reqs[name] != py["full"][name]:
+                problems.append(
+                    f"{path}: {reqs[name]!r} differs from pyproject.toml's "
+                    f"{py['full'][name]!r}"
+                )
+    for stale in sorted(env_dir.glob("pypi*.txt")):
+        if stale.name not in PYPI_EXTRAS.get(env_name, {}):
+            problems.append(f"{stale}: not a PyPI file the image build installs")
+    if env_name in DASK_CUDA_ENVS:
+        floors = [
+            version_tuple(m.group(1))
+            for r in scopes.requires("python")
+            for m in [re.match(r"@=?([0-9][0-9.]*):", r.strip())]
+            if m
+        ]
+        if not floors or max(floors) < DASK_CUDA_MIN_PYTHON:
+            problems.append(
+                f"{where}: dask-cuda needs python@"
+                f"{'.'.join(map(str, DASK_CUDA_MIN_PYTHON))}: (packages:python:require)"
+            )
     return problems
 
 
@@ -588,7 +677,17 @@ def check_names(root: Path, known: set[str], ours: set[str]) -> list[str]:
 def check_no_urls(root: Path) -> list[str]:
     """No file of ours names a download host (the project's rule)."""
     problems = []
-    paths = [root / "spack.yaml"] + sorted(p for p in (root / "spack").rglob("*") if p.is_file())
+    spack_dir = root / "spack"
+    paths = [root / "spack.yaml"] + sorted(
+        p
+        for p in spack_dir.rglob("*")
+        if p.is_file()
+        # caches of tools (ruff, Python) are not ours to check
+        and not any(
+            part.startswith(".") or part == "__pycache__"
+            for part in p.relative_to(spack_dir).parts
+        )
+    )
     for path in paths:
         if path.suffix in {".pyc"} or not path.is_file():
             continue
@@ -627,7 +726,7 @@ def check(root: Path) -> None:
     for env_name in sorted(set(SITE_ENVS) & present):
         site_path = root / "src" / "dask_hpc" / "sites" / f"{SITE_ENVS[env_name]}.yaml"
         site = load_yaml(site_path)
-        problems += check_site_env(root, env_name, site, known)
+        problems += check_site_env(root, env_name, site, known, py)
     problems += check_names(root, known, ours)
     problems += check_no_urls(root)
     if problems:

@@ -1,9 +1,8 @@
 # Recipe for dask-hpc itself. The image build installs it from the source tree it
 # was built from (``develop:`` in the environments), so no archive is fetched.
 
-from spack_repo.builtin.build_systems.python import PythonPackage
-
 from spack.package import *
+from spack_repo.builtin.build_systems.python import PythonPackage
 
 
 class PyDaskHpc(PythonPackage):
@@ -20,9 +19,9 @@ class PyDaskHpc(PythonPackage):
     depends_on("py-setuptools@68:", type="build")
 
     with default_args(type=("build", "run")):
-        depends_on("py-dask@2026.8.0 +distributed")
-        depends_on("py-distributed@2026.8.0")
-        depends_on("py-bokeh@3.1:")
+        depends_on("py-dask@2026.7.1 +distributed")
+        depends_on("py-distributed@2026.7.1")
+        depends_on("py-bokeh@3.1:3.9")
         depends_on("py-cryptography@41:")
         depends_on("py-psutil@5.9:")
         depends_on("py-pyyaml@6:")
