@@ -29,6 +29,14 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _count(option: str, value: str | int) -> int:
+    """An integer option given on the command line, or a one-line error."""
+    try:
+        return int(value)
+    except ValueError:
+        raise UsageError(f"--{option} takes a whole number, not {value!r}") from None
+
+
 @task(help={
     "site": "build target: a site name (invoke sites) or local",
     "output": "image file to write (default: dask-hpc-SITE.sif)",
@@ -93,7 +101,7 @@ def sites(c: Context) -> None:
     "output": "write the script here instead of stdout",
 })
 @one_line_errors
-def job(c: Context, site: str, nodes: int, workers_per_node: int = 0, worker_type: str = "",
+def job(c: Context, site: str, nodes: str, workers_per_node: int = 0, worker_type: str = "",
         walltime: str = "01:00:00", account: str = "", queue: str = "", image: str = "",
         job_name: str = "dask-hpc", log: str = "", output: str = "") -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
@@ -102,7 +110,7 @@ def job(c: Context, site: str, nodes: int, workers_per_node: int = 0, worker_typ
 
     target = load_target(site)
     req = JobRequest(
-        site=site, nodes=nodes, command=shlex.split(c.remainder),
+        site=site, nodes=_count("nodes", nodes), command=shlex.split(c.remainder),
         workers_per_node=workers_per_node or None, worker_type=worker_type or None,
         walltime=walltime, account=account or None, queue=queue or None,
         image=image or None, job_name=job_name, output=log or None,

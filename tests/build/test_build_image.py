@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO, require_apptainer, require_sidroot
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(900)]

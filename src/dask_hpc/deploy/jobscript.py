@@ -115,7 +115,8 @@ def render(req: JobRequest, target: Target) -> str:
     if req.account:
         lines += [system["directive"].format(system["account"].format(req.account))]
     if req.queue:
-        lines += [system["directive"].format(system["queue"].format(req.queue))]
+        queue = target.build.get("job_queue_directive") or system["queue"]  # e.g. QOS
+        lines += [system["directive"].format(queue.format(req.queue))]
     lines += [
         system["directive"].format(system["output"].format(req.output or system["default_output"]))
     ]

@@ -1,0 +1,14 @@
+#!/bin/bash
+#SBATCH --job-name=dask-hpc
+#SBATCH --nodes=2
+#SBATCH --ntasks-per-node=4
+#SBATCH --time=01:00:00
+#SBATCH --account=m0000
+#SBATCH --qos=regular
+#SBATCH --output=dask-hpc-%j.out
+#SBATCH --constraint=gpu
+#SBATCH --gpus-per-node=4
+# dask-hpc on perlmutter: 2 node(s) x 4 gpu worker(s), one container per rank.
+set -euo pipefail
+
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 apptainer exec --nv dask-hpc-perlmutter.sif start-cluster gpu 4 -- python job.py
