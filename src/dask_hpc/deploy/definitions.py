@@ -42,15 +42,6 @@ def _install(manager: str, packages: list[str]) -> str:
     return _lines(PACKAGE_MANAGERS[manager].format(packages=" ".join(packages)).splitlines())
 
 
-def _pip_line(build: Mapping[str, object]) -> str:
-    """A pip line for the packages no stack provides (pip_packages, built with pip_env)."""
-    packages = [str(p) for p in build.get("pip_packages") or []]
-    if not packages:
-        return ": no extra Python packages"
-    env = [f"{k}={v}" for k, v in dict(build.get("pip_env") or {}).items()]  # type: ignore[call-overload]
-    return " ".join([*env, "/opt/dask-hpc/venv/bin/pip install --no-cache-dir", *packages])
-
-
 def _tests(build: Mapping[str, object]) -> str:
     lines = [
         f"python -c \"import importlib.util as u, sys; sys.exit(u.find_spec('{m}') is None)\""
@@ -98,7 +89,7 @@ def render(target: Target) -> str:
     manager = str(build.get("package_manager", "apt"))
     stack_script = template(str(stack["script"])).substitute(
         name=target.name,
-        pip_line=_pip_line(build),
+        version=metadata.version("dask-hpc"),
         pip_packages=" ".join(str(p) for p in build.get("pip_packages") or []),
     )
     gpu_flag = target.gpu_flag + " " if target.gpu_flag else ""

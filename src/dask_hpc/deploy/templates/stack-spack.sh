@@ -1,11 +1,16 @@
-    # The stack from the site's Spack environment (spack/envs/@{name}/spack.yaml)
+    # The stack from the site's Spack environment (spack/envs/@{name}, see spack/README.md)
     git clone --quiet --depth 1 --branch "{{ spack_version }}" https://github.com/spack/spack /opt/spack
     . /opt/spack/share/spack/setup-env.sh
     env=/opt/dask-hpc/spack/envs/@{name}
     spack -e "$env" config add "config:install_tree:root:/opt/dask-hpc/store"
-    spack -e "$env" concretize --fresh
+    spack -e "$env" develop --no-clone --path /opt/dask-hpc/src "py-dask-hpc@=@{version}"
+    spack -e "$env" concretize -f
     spack -e "$env" install --fail-fast -j "$(nproc)"
     spack -e "$env" gc -y
+    # What Spack lacks (dask-cuda, dpnp, dpctl) from PyPI, never replacing what Spack built
     /opt/dask-hpc/view/bin/python3 -m venv --system-site-packages /opt/dask-hpc/venv
-    @{pip_line}
-    rm -rf /opt/spack /root/.spack /opt/dask-hpc/wheels
+    /opt/dask-hpc/view/bin/python3 -m pip freeze > /opt/dask-hpc/constraints.txt
+    pip="/opt/dask-hpc/venv/bin/pip install --no-cache-dir"
+    if [ -s "$env/pypi-nodeps.txt" ]; then $pip --no-deps -r "$env/pypi-nodeps.txt"; fi
+    if [ -s "$env/pypi.txt" ]; then $pip -c /opt/dask-hpc/constraints.txt -r "$env/pypi.txt"; fi
+    rm -rf /opt/spack /root/.spack

@@ -1,0 +1,96 @@
+"""The committed per-site definitions: generated from one template, valid, and right per vendor."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import REPO
+
+from dask_hpc.deploy import defcheck
+from dask_hpc.deploy.build import build_args
+from dask_hpc.deploy.definitions import render
+from dask_hpc.deploy.targets import all_targets, load_target
+
+SITES = ["aurora", "deepops", "frontier", "perlmutter", "polaris", "summit", "thetagpu"]
+
+
+def definition(name: str) -> str:
+    return (REPO / "containers" / f"{name}.def").read_text()
+
+
+def test_every_site_and_local_has_a_definition() -> None:
+    assert sorted(all_targets()) == sorted([*SITES, "local"])
+    assert sorted(p.stem for p in (REPO / "containers").glob("*.def")) == sorted(all_targets())
+
+
+@pytest.mark.parametrize("name", [*SITES, "local"])
+def test_definition_is_generated_and_valid(name: str) -> None:
+    target = load_target(name)
+    text = definition(name)
+    assert text == render(target), "run: invoke definitions"
+    assert defcheck.check_text(text, build_args(target, REPO)) == []
+    stages = defcheck.parse(text, build_args(target, REPO)).stages
+    assert [s.name for s in stages] == ["build", "runtime"]
+    runtime = stages[1]
+    assert runtime.section("files").args == "from build"
+    assert 'exec start-cluster "$@"' in runtime.section("runscript").body
+    assert "start-cluster cpu 1" in runtime.section("test").body
+    assert "import dask, distributed, dask_hpc" in runtime.section("test").body
+    labels = runtime.section("labels").body
+    assert f"org.dask-hpc.site {name}" in labels
+    assert "org.dask-hpc.gpu-runtime " in labels and "org.dask-hpc.version " in labels
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_site_images_build_from_their_spack_environment(name: str) -> None:
+    text = definition(name)
+    assert (REPO / "spack" / "envs" / name / "spack.yaml").is_file()
+    assert f"env=/opt/dask-hpc/spack/envs/{name}" in text
+    assert "spack /opt/dask-hpc/spack" in text  # the whole tree: includes are relative
+
+
+@pytest.mark.parametrize("name", ["deepops", "perlmutter", "polaris", "thetagpu"])
+def test_nvidia_x86_sites_use_cuda_bases(name: str) -> None:
+    text = definition(name)
+    assert re.search(r"base_image=nvidia/cuda:12\.\d+\.\d+-devel-ubuntu", text)
+    assert re.search(r"runtime_image=nvidia/cuda:12\.\d+\.\d+-runtime-ubuntu", text)
+    assert "find_spec('cupy')" in text and "find_spec('dask_cuda')" in text
+    assert "apptainer exec --nv IMAGE" in text
+
+
+def test_summit_is_ppc64le_with_the_last_ppc64le_cuda() -> None:
+    text = definition("summit")
+    assert "org.dask-hpc.arch ppc64le" in text
+    assert "base_image=nvidia/cuda:12.4.1-devel-ubi8" in text
+    assert "dnf install -y" in text and "apt-get" not in text
+    assert "jsrun --nrs 12 --rs_per_host 6" in text
+
+
+def test_aurora_has_oneapi_level_zero_and_dpnp() -> None:
+    text = definition("aurora")
+    assert "base_image=intel/oneapi-basekit:" in text
+    assert "runtime_image=intel/oneapi-runtime:" in text
+    assert "find_spec('dpnp')" in text and "libze_loader.so.1" in text
+    assert "--nv" not in text and "--rocm" not in text
+    assert "mpiexec -n 12 --ppn 6 apptainer exec IMAGE start-cluster gpu 6" in text
+
+
+def test_frontier_is_rocm() -> None:
+    text = definition("frontier")
+    assert "base_image=rocm/dev-ubuntu-22.04:" in text
+    assert "apptainer exec --rocm IMAGE" in text and "find_spec('cupy')" in text
+
+
+def test_local_builds_offline_from_host_made_pieces() -> None:
+    text = definition("local")
+    assert "Bootstrap: localimage" in text
+    assert "--no-index --find-links /opt/dask-hpc/wheels" in text
+    assert "http" not in text.replace("https://github.com", "")  # no mirror written down
+    assert set(build_args(load_target("local"), REPO)) == {"base", "wheels"}
+
+
+@pytest.mark.parametrize("name", [*SITES, "local"])
+def test_no_package_archive_or_registry_hosts_are_written(name: str) -> None:
+    text = definition(name)
+    assert not re.search(r"deb\.debian\.org|archive\.ubuntu|pypi\.org", text)
