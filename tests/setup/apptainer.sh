@@ -22,7 +22,11 @@ BIN=$CACHE/bin
 STAMP=.dask-hpc-rootfs-v1
 PACKAGES=apptainer,squashfs-tools,uidmap,debootstrap,mpich,mount,ca-certificates
 
-mkdir -p "$CACHE" "$BIN"
+mkdir -p "$CACHE"
+# One setup at a time (install.sh may run while a developer runs this script).
+exec 9>"$CACHE/.apptainer-setup.lock"
+flock 9
+mkdir -p "$BIN"
 
 host_mirror() {
   # The host's Debian mirror: the URI serving "<codename>/main" in apt's own view of its sources.
