@@ -45,7 +45,7 @@ class ProcessSpec:
         """The equivalent ``dask scheduler`` / ``dask worker`` command line."""
         argv = ["dask", self.role]
         for key, value in self.options.items():
-            if value is None or key in ("worker_class", "restart"):
+            if value is None or key == "worker_class":
                 continue
             flag = "--" + key.replace("_", "-")
             if key == "resources":
@@ -230,6 +230,115 @@ def _cluster_paths(
     return directory, directory / "scheduler.json"
 
 
+def _security(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
+    """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
+    tls = bool(config.get("tls") if args.tls is None else args.tls)
+    if not tls:
+        notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
+    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
+    if tls and protocol == "tcp":
+        raise UsageError(
+            "--protocol tcp sends everything unencrypted while TLS is on",
+            "drop --protocol, or add --no-tls",
+        )
+    if not tls and protocol == "tls":
+        raise UsageError("--protocol tls needs TLS", "drop --no-tls")
+    return tls, protocol
+
+
+def _host_address(args: argparse.Namespace, site: Site, notes: list[str]) -> str | None:
+    """The IP to listen on: an explicit interface must exist, a site's default only if it does."""
+    if args.interface:
+        return interface_address(args.interface)
+    if site.network_interface:
+        if site.network_interface in psutil.net_if_addrs():
+            return interface_address(site.network_interface)
+        notes.append(
+            f"site interface {site.network_interface} is not on this node: using the default route"
+        )
+    return None
+
+
+def _local_directory(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
+    text = args.local_directory or site.expand(site.local_directory, env)
+    if text is None:
+        text = os.path.join(tempfile.gettempdir(), f"dask-hpc-{os.getuid()}")
+    return _usable_directory(Path(text).expanduser(), "local directory", "--local-directory")
+
+
+def _gpu_node(
+    env: Mapping[str, str],
+    site: Site,
+    wpn: int,
+    workers_here: int,
+    gpu_root: Path,
+    notes: list[str],
+) -> gpus.GpuNode:
+    """The node's GPUs, checked to hold one device per worker."""
+    node = gpus.gpu_node(env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root)
+    capacity = len(node.devices)
+    keeps_launcher_device = node.narrowed and capacity == 1 and workers_here == 1
+    if wpn > capacity and not keeps_launcher_device:
+        unit = "tiles" if node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
+        raise UsageError(
+            f"{wpn} gpu workers per node need {wpn} {node.vendor.name} devices, "
+            f"but this node has {capacity} {unit} ({node.source})",
+            node.capacity_hint(),
+        )
+    notes.append(f"{node.vendor.runtime} devices from the {node.source}: {','.join(node.devices)}")
+    return node
+
+
+def _worker_class(gpu_node: gpus.GpuNode | None, notes: list[str]) -> str:
+    if gpu_node is None or gpu_node.vendor.name != "nvidia":
+        return "distributed.Worker"
+    if _has_dask_cuda():
+        return "dask_cuda"
+    notes.append(
+        "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
+        "(pip install 'dask-hpc[cuda]')"
+    )
+    return "distributed.Worker"
+
+
+def _scheduler_spec(
+    args: argparse.Namespace, rank: launchers.RankInfo, host_ip: str | None, protocol: str
+) -> ProcessSpec:
+    host = host_ip or ("127.0.0.1" if rank.launcher == "none" else None)
+    port = args.scheduler_port
+    if port is None:
+        port = int(config.get("scheduler-port"))
+    if not 0 <= port < 65536:
+        raise UsageError(
+            f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
+        )
+    _check_port_free(host or "", port, "--scheduler-port")
+    dashboard = args.dashboard_address or config.get("dashboard-address")
+    dash_host, dash_port = _parse_dashboard(dashboard)
+    if args.dashboard_address:
+        _check_port_free(dash_host, dash_port, "--dashboard-address")
+    options = {"host": host, "port": port, "protocol": protocol, "dashboard_address": dashboard}
+    return ProcessSpec("scheduler", "scheduler", options)
+
+
+def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
+    if args.join and args.command:
+        raise UsageError(
+            "--join starts only workers and cannot run a COMMAND",
+            "run COMMAND where the cluster was started",
+        )
+    if not rank.is_first or args.join:
+        return
+    if args.command and shutil.which(args.command[0]) is None:
+        raise UsageError(
+            f"command {args.command[0]!r} not found", "check the name, or give its full path"
+        )
+    if args.jupyter and shutil.which("jupyter") is None:
+        raise UsageError(
+            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
+        )
+
+
 def make_plan(
     args: argparse.Namespace,
     env: Mapping[str, str] | None = None,
@@ -244,58 +353,21 @@ def make_plan(
     site = load_site(args.site) if args.site else detect_site(env, host)
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
-    total = nodes * wpn
     node = node or resources.detect()
-
     if args.join and not Path(args.join).expanduser().is_file():
         raise UsageError(
             f"--join {args.join}: no such scheduler file",
             "give the scheduler file of a running cluster",
         )
-    tls = config.get("tls") if args.tls is None else args.tls
-    if not tls:
-        notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
-    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
-    if tls and protocol == "tcp":
-        raise UsageError(
-            "--protocol tcp sends everything unencrypted while TLS is on",
-            "drop --protocol, or add --no-tls",
-        )
-    if not tls and protocol == "tls":
-        raise UsageError("--protocol tls needs TLS", "drop --no-tls")
-    nanny = config.get("nanny") if args.nanny is None else args.nanny
-    timeout = args.timeout or float(config.get("timeout"))
-    death_timeout = args.death_timeout or float(config.get("death-timeout"))
-
-    # Network: an explicit interface must exist; a site default is used only where it does.
-    interface = args.interface
-    if interface:
-        interface_address(interface)
-    elif site.network_interface:
-        if site.network_interface in psutil.net_if_addrs():
-            interface = site.network_interface
-        else:
-            notes.append(
-                f"site interface {site.network_interface} is not on this node: "
-                "using the default route"
-            )
-
-    # Resources per worker.
-    bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
-    share = 1 if bound else wpn
-    nthreads = args.nthreads or max(1, node.usable_cpus // share)
-    memory_limit = _memory_limit(args.memory_limit, node.memory, wpn)
-    local_dir_text = args.local_directory or site.expand(site.local_directory, env)
-    if args.local_directory is None and local_dir_text is None:
-        local_dir_text = os.path.join(tempfile.gettempdir(), f"dask-hpc-{os.getuid()}")
-    local_dir = _usable_directory(
-        Path(local_dir_text).expanduser(), "local directory", "--local-directory"
-    )
-
+    tls, protocol = _security(args, notes)
+    host_ip = _host_address(args, site, notes)
     cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
     if rank.is_first and not args.join:
         _usable_directory(cluster_dir.parent, "scheduler directory", "--scheduler-file")
+    _check_command(args, rank)
 
+    # What every worker of this rank shares.
+    bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
     worker_env: dict[str, str] = dict(site.worker_env)
     if not site.node_local_storage:
         worker_env.update(NO_LOCAL_STORAGE_ENV)
@@ -303,67 +375,24 @@ def make_plan(
             f"{site.name} has no node-local storage: spilling off, pause at 80%, terminate at 95%"
         )
     gpu_node = None
-    worker_class = "distributed.Worker"
-    resources_opt = None
     if args.worker_type == "gpu":
-        gpu_node = gpus.gpu_node(
-            env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root
-        )
-        capacity = len(gpu_node.devices)
-        keeps_launcher_device = gpu_node.narrowed and capacity == 1 and workers_here == 1
-        if wpn > capacity and not keeps_launcher_device:
-            unit = (
-                "tiles" if gpu_node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
-            )
-            raise UsageError(
-                f"{wpn} gpu workers per node need {wpn} {gpu_node.vendor.name} devices, "
-                f"but this node has {capacity} {unit} ({gpu_node.source})",
-                gpu_node.capacity_hint(),
-            )
-        resources_opt = {"GPU": 1}
-        if gpu_node.vendor.name == "nvidia":
-            worker_class = "dask_cuda" if _has_dask_cuda() else "distributed.Worker"
-            if worker_class != "dask_cuda":
-                notes.append(
-                    "dask-cuda is not installed: plain Dask workers pinned with "
-                    "CUDA_VISIBLE_DEVICES (pip install 'dask-hpc[cuda]')"
-                )
-        notes.append(
-            f"{gpu_node.vendor.runtime} devices from the {gpu_node.source}: "
-            f"{','.join(gpu_node.devices)}"
-        )
+        gpu_node = _gpu_node(env, site, wpn, workers_here, gpu_root, notes)
+    options = {
+        "scheduler_file": str(scheduler_file),
+        "nthreads": args.nthreads or max(1, node.usable_cpus // (1 if bound else wpn)),
+        "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
+        "resources": {"GPU": 1} if gpu_node else None,
+        "local_directory": str(_local_directory(args, site, env)),
+        "death_timeout": args.death_timeout or float(config.get("death-timeout")),
+        "host": host_ip,
+        "protocol": protocol,
+        "nanny": bool(config.get("nanny") if args.nanny is None else args.nanny),
+        "worker_class": _worker_class(gpu_node, notes),
+    }
 
-    host_ip = interface_address(interface) if interface else None
     processes: list[ProcessSpec] = []
     if rank.is_first and not args.join:
-        scheduler_host = host_ip or ("127.0.0.1" if rank.launcher == "none" else None)
-        port = (
-            args.scheduler_port
-            if args.scheduler_port is not None
-            else int(config.get("scheduler-port"))
-        )
-        if not 0 <= port < 65536:
-            raise UsageError(
-                f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
-            )
-        _check_port_free(scheduler_host or "", port, "--scheduler-port")
-        dashboard = args.dashboard_address or config.get("dashboard-address")
-        dash_host, dash_port = _parse_dashboard(dashboard)
-        if args.dashboard_address:
-            _check_port_free(dash_host, dash_port, "--dashboard-address")
-        processes.append(
-            ProcessSpec(
-                "scheduler",
-                "scheduler",
-                {
-                    "host": scheduler_host,
-                    "port": port,
-                    "protocol": protocol,
-                    "dashboard_address": dashboard,
-                    "expected_workers": total,
-                },
-            )
-        )
+        processes.append(_scheduler_spec(args, rank, host_ip, protocol))
     first_index = rank.local_rank if layout == "worker-per-rank" else 0
     for i in range(workers_here):
         env_i = dict(worker_env)
@@ -372,40 +401,8 @@ def make_plan(
         name = f"{rank.rank}-{i}" if workers_here > 1 else str(rank.rank)
         if args.join:
             name = f"join-{rank.launch_id}-{name}"
-        processes.append(
-            ProcessSpec(
-                "worker",
-                name,
-                {
-                    "nthreads": nthreads,
-                    "memory_limit": memory_limit,
-                    "resources": resources_opt,
-                    "local_directory": str(local_dir),
-                    "death_timeout": death_timeout,
-                    "host": host_ip,
-                    "protocol": protocol,
-                    "worker_class": worker_class,
-                    "restart": nanny,
-                    "nanny": nanny,
-                },
-                env_i,
-            )
-        )
+        processes.append(ProcessSpec("worker", name, dict(options), env_i))
 
-    command = args.command
-    if command and rank.is_first and not args.join and shutil.which(command[0]) is None:
-        raise UsageError(
-            f"command {command[0]!r} not found", "check the name, or give its full path"
-        )
-    if args.jupyter and rank.is_first and not args.join and shutil.which("jupyter") is None:
-        raise UsageError(
-            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
-        )
-    if args.join and command:
-        raise UsageError(
-            "--join starts only workers and cannot run a COMMAND",
-            "run COMMAND where the cluster was started",
-        )
     return Plan(
         rank=rank,
         site=site,
@@ -414,15 +411,15 @@ def make_plan(
         layout=layout,
         join=bool(args.join),
         nodes=nodes,
-        total_workers=total,
+        total_workers=nodes * wpn,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
-        tls=bool(tls),
+        tls=tls,
         protocol=protocol,
-        timeout=timeout,
+        timeout=args.timeout or float(config.get("timeout")),
         poll_interval=float(config.get("poll-interval")),
         poll_max_interval=float(config.get("poll-max-interval")),
-        command=command,
+        command=args.command,
         jupyter=args.jupyter,
         processes=processes,
         notes=notes,

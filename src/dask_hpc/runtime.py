@@ -71,7 +71,7 @@ class Rank:
             self.closed_by_scheduler = True
         if code == processes.EXIT_SCHEDULER_LOST:
             self.scheduler_lost = True
-        elif code < 0 and not self.stopping and child.spec.options.get("restart"):
+        elif code < 0 and not self.stopping and child.spec.options.get("nanny"):
             if self.sup.restart(child) is not None:
                 say(f"worker {child.spec.name} was killed by signal {-code}: restarted")
                 return
