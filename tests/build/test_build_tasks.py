@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -116,3 +117,23 @@ def test_build_refuses_a_stale_definition(tmp_path: Path) -> None:
     (tmp_path / "containers" / "local.def").write_text(text.replace("=1", "=0"))
     with pytest.raises(UsageError, match="out of date"):
         build.plan(load_target("local"), tmp_path, check_tools=False)
+
+
+def test_lint_passes_on_the_repository(invoke) -> None:
+    result = invoke("lint", timeout=300)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for name in ("definitions", "spack", "ansible", "python"):
+        assert f"{name}: ok" in result.stdout
+
+
+def test_lint_reports_a_broken_definition(tmp_path: Path) -> None:
+    from dask_hpc.deploy.lint import lint_definitions
+
+    shutil.copytree(REPO / "containers", tmp_path / "containers")
+    path = tmp_path / "containers" / "frontier.def"
+    path.write_text(path.read_text().replace("%labels", "%label"))
+    (tmp_path / "containers" / "extra.def").write_text("Bootstrap: docker\n\n%post\n    true\n")
+    problems = "\n".join(lint_definitions(tmp_path))
+    assert "frontier.def: out of date" in problems
+    assert "frontier.def: line" in problems and "invalid section %label" in problems
+    assert "extra.def: line 1: Bootstrap: docker needs a from header" in problems

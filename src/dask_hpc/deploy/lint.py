@@ -1,12 +1,16 @@
-"""``invoke lint``: definitions, Spack environments, Ansible and Python, each by its own checker."""
+"""``invoke lint``: definitions, Spack environments, Ansible and Python, each by its own checker.
+
+Definitions are ours (:mod:`.defcheck`); Spack environments are checked by
+:mod:`.spackcheck` (the Spack environments' own checker), Ansible by ansible-lint, Python by ruff.
+"""
 
 from __future__ import annotations
 
+import shlex
 import shutil
+import sys
 from pathlib import Path
 from typing import Any, Protocol
-
-import yaml
 
 from ..errors import UsageError
 from . import defcheck, definitions
@@ -38,34 +42,21 @@ def lint_definitions(repo: Path) -> list[str]:
     return problems
 
 
-def lint_spack(repo: Path) -> list[str]:
-    """Each Spack environment parses as YAML with a top-level ``spack:`` mapping."""
-    problems = []
-    for path in sorted((repo / "spack").glob("**/spack.yaml")) + [repo / "spack.yaml"]:
-        if not path.exists():
-            continue
-        try:
-            data = yaml.safe_load(path.read_text())
-        except yaml.YAMLError as e:
-            problems.append(f"{path.relative_to(repo)}: {str(e).splitlines()[0]}")
-            continue
-        if not isinstance(data, dict) or not isinstance(data.get("spack"), dict):
-            problems.append(f"{path.relative_to(repo)}: no top-level 'spack:' mapping")
-    return problems
-
-
 def lint_all(c: Runner, repo: Path) -> None:
     """Run every linter; UsageError listing what failed."""
     failed = []
-    for name, check in (("definitions", lint_definitions), ("spack", lint_spack)):
-        problems = check(repo)
-        for p in problems:
-            print(p)
-        print(f"{name}: {'FAILED' if problems else 'ok'}")
-        failed += [name] if problems else []
-    commands = {"ansible": "ansible-lint -q ansible", "python": "ruff check ."}
+    problems = lint_definitions(repo)
+    for p in problems:
+        print(p)
+    print(f"definitions: {'FAILED' if problems else 'ok'}")
+    failed += ["definitions"] if problems else []
+    commands = {
+        "spack": f"{shlex.quote(sys.executable)} -m dask_hpc.deploy.spackcheck",
+        "ansible": "ansible-lint -q ansible",
+        "python": "ruff check .",
+    }
     for name, command in commands.items():
-        tool = command.split()[0]
+        tool = shlex.split(command)[0]
         if shutil.which(tool) is None:
             print(f"{name}: {tool} is not on PATH")
             failed.append(name)
