@@ -17,9 +17,10 @@ set -euo pipefail
 
 CACHE=${DASK_HPC_TEST_CACHE:-/var/tmp/dask-hpc-tests}
 ROOTFS=$CACHE/apptainer-sid
-TARBALL=$CACHE/apptainer-sid.tar
+VERSION=1  # bump when the root filesystem's recipe changes
+TARBALL=$CACHE/apptainer-sid-v$VERSION.tar
 BIN=$CACHE/bin
-STAMP=.dask-hpc-rootfs-v1
+STAMP=.dask-hpc-rootfs-v$VERSION
 PACKAGES=apptainer,squashfs-tools,uidmap,debootstrap,mpich,mount,ca-certificates
 
 mkdir -p "$CACHE"
@@ -59,7 +60,7 @@ for d in /tmp /var/tmp $SIDROOT_BINDS; do
   mount --rbind "$d" "$root$d"
 done
 for f in /etc/hosts /etc/resolv.conf; do
-  [ -f "$f" ] && cp "$f" "$root$f" 2>/dev/null || true
+  if [ -f "$f" ] && ! cmp -s "$f" "$root$f"; then cp "$f" "$root$f.$$" && mv -f "$root$f.$$" "$root$f"; fi
 done
 mkdir -p "$root/.oldroot"
 cd "$root"
@@ -72,8 +73,9 @@ EOF
 }
 
 install_commands() {
-  enter_script >"$BIN/sidroot-enter"
-  sed -e "s|@BIN@|$BIN|g" -e "s|@ROOTFS@|$ROOTFS|g" >"$BIN/sidroot" <<'EOF'
+  # Written aside, then renamed: a running sh reads its script as it goes.
+  enter_script >"$BIN/.sidroot-enter.new"
+  sed -e "s|@BIN@|$BIN|g" -e "s|@ROOTFS@|$ROOTFS|g" >"$BIN/.sidroot.new" <<'EOF'
 #!/bin/sh
 # Run a command inside the Apptainer root filesystem (see tests/setup/apptainer.sh).
 # SIDROOT_USERNS=1: also a new user namespace mapped 0 0 65536 (full capabilities inside).
@@ -100,13 +102,16 @@ wait $pid; rc=$?
 trap - HUP INT TERM
 exit $rc
 EOF
-  sed -e "s|@BIN@|$BIN|g" >"$BIN/apptainer" <<'EOF'
+  sed -e "s|@BIN@|$BIN|g" >"$BIN/.apptainer.new" <<'EOF'
 #!/bin/sh
 # apptainer from the sid root filesystem (see tests/setup/apptainer.sh).
 if [ "${1:-}" = build ]; then SIDROOT_USERNS=1; export SIDROOT_USERNS; fi
 exec @BIN@/sidroot apptainer "$@"
 EOF
-  chmod 755 "$BIN/sidroot" "$BIN/apptainer"
+  chmod 755 "$BIN/.sidroot.new" "$BIN/.apptainer.new"
+  for f in sidroot-enter sidroot apptainer; do
+    if cmp -s "$BIN/.$f.new" "$BIN/$f"; then rm -f "$BIN/.$f.new"; else mv -f "$BIN/.$f.new" "$BIN/$f"; fi
+  done
   ln -sf "$BIN/sidroot" /usr/local/bin/sidroot
   local found
   found=$(command -v apptainer || true)
