@@ -9,10 +9,11 @@
 # kept in a private temporary directory. Environments run one at a time.
 # Set LOG_DIR to keep each environment's full log (LOG_DIR/ENV.log) and its
 # concretized specs (LOG_DIR/ENV.spec); otherwise only the head of an error is shown.
+# TIMEOUT (seconds) bounds each environment's solve (default: none).
 set -euo pipefail
 
 if [ $# -lt 2 ]; then
-  sed -n 2,11p "$0" >&2
+  sed -n 2,12p "$0" >&2
   exit 2
 fi
 spack_dir="$(cd "$1" && pwd)"
@@ -61,7 +62,8 @@ for env in "${envs[@]}"; do
   # As the image build does: dask-hpc itself comes from this source tree.
   if "$spack_dir/bin/spack" -e "$work/envs/$env" develop --no-clone \
        --path "$(dirname "$here")" py-dask-hpc@=0.1.0 >"$log" 2>&1 &&
-     "$spack_dir/bin/spack" -e "$work/envs/$env" concretize -f >>"$log" 2>&1; then
+     timeout "${TIMEOUT:-0}" "$spack_dir/bin/spack" -e "$work/envs/$env" concretize -f \
+       >>"$log" 2>&1; then
     took=$(( $(date +%s) - start ))
     "$spack_dir/bin/spack" -e "$work/envs/$env" spec -l --no-install-status \
       >"$work/$env.spec" 2>/dev/null || true

@@ -162,6 +162,14 @@ def _summit_x86(r: Path) -> None:
     edit(r / ENVS / "summit" / "spack.yaml", "target=power9le", "target=x86_64")
 
 
+def _summit_root_target(r: Path) -> None:
+    edit(r / ENVS / "summit" / "spack.yaml", "py-cupy target=power9le", "py-cupy")
+
+
+def _summit_external_target(r: Path) -> None:
+    edit(r / ENVS / "summit" / "spack.yaml", "glibc@2.28 target=power9le", "glibc@2.28")
+
+
 def _frontier_wrong_gpu(r: Path) -> None:
     edit(r / ENVS / "frontier" / "spack.yaml", "amdgpu_target=gfx90a", "amdgpu_target=gfx942",
          count=2)
@@ -263,6 +271,8 @@ def _broken_yaml(r: Path) -> None:
     (_wrong_cuda_arch, "py-cupy must require +cuda cuda_arch=80"),
     (_summit_new_cuda, "the last with ppc64le installers is 12.4"),
     (_summit_x86, "site yaml says spack_target 'power9le'"),
+    (_summit_root_target, "no root spec names target=power9le"),
+    (_summit_external_target, "external 'glibc@2.28' lacks target=power9le"),
     (_frontier_wrong_gpu, "py-cupy must require +rocm amdgpu_target=gfx90a"),
     (_frontier_rocm_mismatch, "ROCm external 'hip@6.4.0' differs from the base image"),
     (_unknown_package, "unknown package 'py-dpnp'"),

@@ -582,6 +582,22 @@ def check_site_env(
         problems.append(f"{where}: ppc64le site must target power9le")
     if build.get("arch") == "ppc64le" and not scopes.externals("glibc"):
         problems.append(f"{where}: a ppc64le target needs a glibc external to concretize")
+    if build.get("arch") not in (None, "x86_64"):
+        # A target foreign to the (x86_64) build host is a candidate for the solver
+        # only if a root spec names it; externals default to the host's family.
+        foreign = f"target={build.get('spack_target')}"
+        if not any(foreign in s.split() for s in scopes.specs()):
+            problems.append(
+                f"{where}: no root spec names {foreign}: Spack then rejects the "
+                "foreign target as 'not compatible with this machine'"
+            )
+        for _pkg, sec in scopes.packages():
+            for ext in _externals(sec):
+                if foreign not in ext.split():
+                    problems.append(
+                        f"{where}: external {ext!r} lacks {foreign} (Spack would give "
+                        "it the build host's target)"
+                    )
 
     rocm_arch = build.get("rocm_arch")
     if rocm_arch is not None:
