@@ -7,8 +7,10 @@ owner included, can mint another one, so a certificate of another cluster is ref
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import socket
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,8 +42,27 @@ def _name(common_name: str) -> x509.Name:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
 
 
+def ensure_private(directory: Path) -> None:
+    """Refuse to put keys in a directory that is a symlink, not ours, or open to others.
+
+    A shared scheduler directory (``/tmp``, a project space) could hold a directory prepared by
+    someone else under the name we are about to use.
+    """
+    info = os.lstat(directory)
+    problem = None
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        problem = "is not a plain directory"
+    elif info.st_uid != os.geteuid():
+        problem = "belongs to another user"
+    elif stat.S_IMODE(info.st_mode) & 0o077:
+        problem = "is open to other users"
+    if problem:
+        raise PermissionError(errno.EPERM, f"{directory} {problem}: refusing to write keys there")
+
+
 def _write(path: Path, data: bytes, mode: int) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.unlink(missing_ok=True)  # left by an earlier process with the same pid
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -50,6 +71,7 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     """Make a CA and a cluster certificate in ``directory`` (key file mode 0600)."""
+    ensure_private(directory)
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
