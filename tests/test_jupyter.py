@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import start_cluster
 from harness.waiting import free_ports
 from jobs.background import Background, routable
+from support import start_cluster
 
 KERNEL_CODE = """
 from distributed import Client

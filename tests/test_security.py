@@ -10,31 +10,19 @@ from __future__ import annotations
 import json
 import socket
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import probe, probe_result, start_cluster
 from cryptography import x509
-from distributed import Client
-from distributed.security import Security
 from harness.procs import run_cmd
 from jobs.background import Background, routable
+from support import probe, probe_result, start_cluster
 
-import dask_hpc
 from dask_hpc import security
 
-
-def _touch_function():  # a local function: pickled by value, workers need not import tests
-    def touch(path: str) -> str:
-        with open(path, "w") as f:
-            f.write("ran")
-        return path
-
-    return touch
-
-
-touch = _touch_function()
+INTRUDER = Path(__file__).resolve().parent / "jobs" / "intruder.py"
 
 
 @pytest.fixture
@@ -55,65 +43,34 @@ def cluster(cluster_env: dict[str, str], tmp_path: Path) -> Iterator[dict]:
     Background.kill_all()
 
 
-def attempt(address: str, sec: Security | None, marker: Path) -> str:
-    """Connect and submit ``touch(marker)``; what happened, in words."""
-    try:
-        client = Client(address, security=sec, timeout=3)
-    except Exception as error:  # noqa: BLE001 - any refusal will do; we report which
-        return f"refused: {type(error).__name__}"
-    with client:  # it got in: show that it can run code (the test then fails)
-        client.submit(touch, str(marker)).result(timeout=10)
-    return "connected and ran"
+def lines(stdout: str, prefix: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith(prefix + " "):
+            return json.loads(line[len(prefix) + 1 :])
+    raise AssertionError(f"no {prefix} line in:\n{stdout}")
 
 
-def test_strangers_are_refused_and_run_nothing(cluster: dict, tmp_path: Path) -> None:
-    address = cluster["address"]
-    assert address.startswith("tls://")
-    tls = cluster["dask_hpc"]["tls"]
-    (tmp_path / "other-cluster").mkdir(mode=0o700)
-    other = security.create(tmp_path / "other-cluster", "another-job")
-    plain = "tcp://" + address.split("://", 1)[1]
-    strangers = {
-        "plain TCP": (plain, None),
-        "TLS, no certificate": (address, Security(tls_ca_file=tls["ca"], require_encryption=True)),
-        "another cluster's certificates": (
-            address,
-            Security(
-                tls_ca_file=str(other.ca),
-                tls_client_cert=str(other.cert),
-                tls_client_key=str(other.key),
-                require_encryption=True,
-            ),
-        ),
-        "another cluster's certificate, this cluster's CA": (
-            address,
-            Security(
-                tls_ca_file=tls["ca"],
-                tls_client_cert=str(other.cert),
-                tls_client_key=str(other.key),
-                require_encryption=True,
-            ),
-        ),
-    }
-    markers = {}
-    for name, (addr, sec) in strangers.items():
-        markers[name] = tmp_path / f"marker-{len(markers)}"
-        outcome = attempt(addr, sec, markers[name])
+def test_strangers_are_refused_and_run_nothing(
+    cluster: dict, cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    assert cluster["address"].startswith("tls://")
+    other = tmp_path / "other-cluster"
+    other.mkdir(mode=0o700)
+    security.create(other, "another-job")  # exactly what another cluster's rank 0 makes
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    argv = [sys.executable, str(INTRUDER), str(cluster["file"]), str(other), str(markers)]
+    res = run_cmd(argv, timeout=90, env=cluster_env)
+    assert res.returncode == 0, res
+    strangers = lines(res.stdout, "STRANGERS")
+    assert len(strangers) == 4
+    for name, outcome in strangers.items():
         assert outcome.startswith("refused"), f"{name}: {outcome}"
-    # The owner gets in, the same function does run for it, and nobody else ever got in.
-    owner_marker = tmp_path / "marker-owner"
-    with dask_hpc.connect(cluster["file"]) as client:
-        assert client.submit(touch, str(owner_marker)).result(timeout=30) == str(owner_marker)
-        clients = client.run_on_scheduler(
-            lambda dask_scheduler: [
-                msg["client"]
-                for _, msg in dask_scheduler.get_events("all")
-                if isinstance(msg, dict) and msg.get("action") == "add-client"
-            ]
-        )
-        assert clients == [client.id], clients
-    assert owner_marker.read_text() == "ran"
-    ran = [name for name, marker in markers.items() if marker.exists()]
+    # The owner got in, the same function did run for it, and nobody else ever got in.
+    owner = lines(res.stdout, "OWNER")
+    assert Path(owner["marker"]).read_text() == "ran"
+    assert owner["clients"] == [owner["me"]], owner
+    ran = sorted(p.name for p in markers.iterdir() if p.name != "owner")
     assert not ran, f"code of strangers ran: {ran}"
 
 
@@ -149,3 +106,19 @@ def test_no_tls_opts_out_with_a_warning(cluster_env: dict[str, str]) -> None:
     assert "TLS is off: anyone who can reach the scheduler can run code as you" in res.stderr
     assert "TLS OFF" in res.stderr
     assert probe_result(res.stdout)["address"].startswith("tcp://")
+
+
+def test_a_planted_symlink_for_the_key_directory_is_refused(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "job.dask-hpc").symlink_to(elsewhere)
+    argv = [*start_cluster(), "cpu", "1", "--scheduler-file", str(shared / "job.json")]
+    res = run_cmd([*argv, "--", "true"], timeout=60, env=cluster_env)
+    assert res.returncode == 2, res
+    assert "is not a plain directory: refusing to write keys there" in res.stderr
+    assert "Traceback" not in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert not list(elsewhere.iterdir()), "keys were written through the symlink"

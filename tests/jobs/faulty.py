@@ -65,6 +65,7 @@ def hold(file: str) -> int:
 
 def crash(code: str) -> int:
     Client(timeout=30).close()
+    report(exit_at=time.time())
     if code == "abort":
         os.abort()
     return int(code)
