@@ -146,33 +146,24 @@ def test_jsrun_with_spectrum_mpi_variables() -> None:
     assert info.launch_id.startswith("991")
 
 
+SRUN_TASK_1_OF_2 = {
+    "SLURM_JOB_ID": "5",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+    "SLURM_STEP_NUM_TASKS": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "2",
+}
+
+
 def test_srun_cray_shasta_without_pals_local_rank_is_slurm() -> None:
-    env = {
-        "SLURM_JOB_ID": "5",
-        "SLURM_STEP_ID": "0",
-        "SLURM_PROCID": "1",
-        "SLURM_LOCALID": "1",
-        "SLURM_NODEID": "0",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "2",
-        "PALS_RANKID": "1",
-        "PALS_NODEID": "0",
-    }
+    env = {**SRUN_TASK_1_OF_2, "PALS_RANKID": "1", "PALS_NODEID": "0"}
     assert detect(env).launcher == "slurm"
 
 
 def test_srun_pmi2_sets_pmi_rank_but_is_slurm() -> None:
-    env = {
-        "SLURM_JOB_ID": "5",
-        "SLURM_STEP_ID": "0",
-        "SLURM_PROCID": "1",
-        "SLURM_LOCALID": "1",
-        "SLURM_NODEID": "0",
-        "SLURM_STEP_NUM_TASKS": "2",
-        "SLURM_STEP_TASKS_PER_NODE": "2",
-        "PMI_RANK": "1",
-        "PMI_SIZE": "2",
-    }
+    env = {**SRUN_TASK_1_OF_2, "PMI_RANK": "1", "PMI_SIZE": "2"}
     assert detect(env).launcher == "slurm"
 
 
