@@ -1,0 +1,85 @@
+"""Every site profile loads, is recognised where it can be, and plans a GPU cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dask_hpc.cli import parse
+from dask_hpc.plan import make_plan
+from dask_hpc.resources import NodeResources
+from dask_hpc.sites import all_sites, detect_site, load_site
+
+SITES = sorted(all_sites())
+DETECTED = {
+    "summit": ({"LMOD_SYSTEM_NAME": "summit"}, "a01n05"),
+    "thetagpu": ({}, "thetagpu11"),
+    "aurora": ({}, "x4102c3s0b0n0"),
+    "polaris": ({}, "x3004c0s7b0n0"),
+    "perlmutter": ({"NERSC_HOST": "perlmutter"}, "nid001234"),
+    "frontier": ({"LMOD_SYSTEM_NAME": "frontier"}, "frontier01234"),
+}
+
+
+def test_the_expected_profiles_ship() -> None:
+    assert set(SITES) >= {
+        "summit",
+        "thetagpu",
+        "aurora",
+        "polaris",
+        "perlmutter",
+        "frontier",
+        "deepops",
+        "generic",
+    }
+
+
+@pytest.mark.parametrize("name", sorted(DETECTED))
+def test_site_is_detected(name: str) -> None:
+    env, hostname = DETECTED[name]
+    assert detect_site(env, hostname).name == name
+
+
+def test_unknown_machine_is_generic() -> None:
+    assert detect_site({}, "my-laptop").name == "generic"
+
+
+@pytest.mark.parametrize("name", [s for s in SITES if load_site(s).gpu_count])
+def test_site_plans_one_worker_per_gpu(name: str, tmp_path: Path) -> None:
+    site = load_site(name)
+    args = parse(
+        [
+            "gpu",
+            str(site.gpu_count),
+            "--site",
+            name,
+            "--local-directory",
+            str(tmp_path),
+            "--scheduler-file",
+            str(tmp_path / "s.json"),
+        ]
+    )
+    node = NodeResources(online_cpus=64, usable_cpus=64, memory=2**38)
+    plan = make_plan(args, env={"HOME": str(tmp_path)}, node=node, gpu_root=tmp_path)
+    workers = [p for p in plan.processes if p.role == "worker"]
+    assert len(workers) == site.gpu_count
+    visible = {
+        p.env.get("CUDA_VISIBLE_DEVICES")
+        or p.env.get("ZE_AFFINITY_MASK")
+        or p.env.get("ROCR_VISIBLE_DEVICES")
+        for p in workers
+    }
+    assert visible == {str(i) for i in range(site.gpu_count)}
+    assert all(p.options["resources"] == {"GPU": 1} for p in workers)
+    spill = "DASK_DISTRIBUTED__WORKER__MEMORY__SPILL" in workers[0].env
+    assert spill == (not site.node_local_storage)
+
+
+@pytest.mark.parametrize("name", SITES)
+def test_profile_facts_are_complete(name: str) -> None:
+    site = load_site(name)
+    assert site.description and site.scheduler_directory and site.ssh_hops
+    assert site.gpu_tiles >= 1
+    if site.gpu_vendor:
+        assert site.gpu_vendor in ("nvidia", "intel", "amd")
