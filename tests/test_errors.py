@@ -63,6 +63,7 @@ def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
         (["cpu", "2", "--join", "/nonexistent/scheduler.json"], ["no such scheduler file"]),
         (["cpu", "2", "--no-tls", "--protocol", "tls"], ["--protocol tls needs TLS"]),
         (["cpu", "2", "--protocol", "tcp"], ["unencrypted while TLS is on", "--no-tls"]),
+    (["cpu", "2", "--protocol", "ucx"], ["--protocol ucx sends everything unencrypted"]),
     ],
 )
 def test_bad_input(run_cmd, cluster_env, args: list[str], fragments: list[str]) -> None:

@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument("--no-nanny", dest="nanny", action="store_false")
     net = p.add_argument_group("network and security")
     net.add_argument("--interface", help="network interface, e.g. ib0 or hsn0")
-    net.add_argument("--protocol", choices=("tcp", "tls", "ucx", "inproc"), help="comm protocol")
+    net.add_argument("--protocol", choices=("tcp", "tls", "ucx"), help="comm protocol")
     net.add_argument("--scheduler-port", type=int, help="scheduler port (default: a free one)")
     net.add_argument("--dashboard-address", help="dashboard address (default 127.0.0.1:8787)")
     net.add_argument(

@@ -236,9 +236,9 @@ def _security(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
     if not tls:
         notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
     protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
-    if tls and protocol == "tcp":
+    if tls and protocol != "tls":
         raise UsageError(
-            "--protocol tcp sends everything unencrypted while TLS is on",
+            f"--protocol {protocol} sends everything unencrypted while TLS is on",
             "drop --protocol, or add --no-tls",
         )
     if not tls and protocol == "tls":
