@@ -23,48 +23,50 @@ def assert_one_line_error(result, *fragments: str, code: int = 2) -> None:
     assert result.stdout == ""
 
 
-@pytest.mark.parametrize(
-    ("args", "fragments"),
-    [
-        (["tpu", "2"], ["argument {cpu,gpu}: invalid choice: 'tpu'", "see start-cluster --help"]),
-        (["cpu", "0"], ["'0' is not a positive integer"]),
-        (["cpu", "two"], ["'two' is not a positive integer"]),
-        (["cpu", "2.5"], ["'2.5' is not a positive integer"]),
-        (["cpu"], ["the following arguments are required: WORKERS_PER_NODE"]),
-        (
-            ["cpu", "2", "--site", "hopper"],
-            ["unknown site 'hopper'", "use one of: aurora, deepops"],
-        ),
-        (["cpu", "2", "--launcher", "aprun"], ["unknown launcher 'aprun'", "use one of: jsrun"]),
-        (["cpu", "2", "--launcher", "pals"], ["PALS_RANKID is missing", "--launcher"]),
-        (
-            ["cpu", "2", "--memory-limit", "lots"],
-            ["--memory-limit 'lots' is not a memory size", "16GB"],
-        ),
-        (["cpu", "2", "--timeout", "-1"], ["'-1' is not a positive number of seconds"]),
-        (["cpu", "2", "--interface", "ib7"], ["network interface 'ib7'", "use one of:", "lo"]),
-        (
-            ["cpu", "2", "--local-directory", "/proc/forbidden"],
-            ["local directory /proc/forbidden is not usable", "--local-directory"],
-        ),
-        (["cpu", "2", "--dashboard-address", "localhost"], ["has no port", "HOST:PORT"]),
-        (["cpu", "2", "--scheduler-port", "70000"], ["70000 is not a port number"]),
-        (["gpu", "1"], ["no GPU was found on this node", "cpu workers"]),
-        (
-            ["gpu", "5", "--site", "polaris"],
-            ["5 gpu workers per node need 5 nvidia devices", "4 GPUs (site profile)", "at most 4"],
-        ),
-        (
-            ["gpu", "13", "--site", "aurora"],
-            ["13 gpu workers per node", "exactly 12 (one per tile)"],
-        ),
-        (["cpu", "2", "--", "no-such-program-xyz"], ["command 'no-such-program-xyz' not found"]),
-        (["cpu", "2", "--"], ["'--' is not followed by a command"]),
-        (["cpu", "2", "--join", "/nonexistent/scheduler.json"], ["no such scheduler file"]),
-        (["cpu", "2", "--no-tls", "--protocol", "tls"], ["--protocol tls needs TLS"]),
-        (["cpu", "2", "--protocol", "tcp"], ["unencrypted while TLS is on", "--no-tls"]),
+BAD_INPUT = [
+    (["tpu", "2"], ["argument {cpu,gpu}: invalid choice: 'tpu'", "see start-cluster --help"]),
+    (["cpu", "0"], ["'0' is not a positive integer"]),
+    (["cpu", "two"], ["'two' is not a positive integer"]),
+    (["cpu", "2.5"], ["'2.5' is not a positive integer"]),
+    (["cpu"], ["the following arguments are required: WORKERS_PER_NODE"]),
+    (
+        ["cpu", "2", "--site", "hopper"],
+        ["unknown site 'hopper'", "use one of: aurora, deepops"],
+    ),
+    (["cpu", "2", "--launcher", "aprun"], ["unknown launcher 'aprun'", "use one of: jsrun"]),
+    (["cpu", "2", "--launcher", "pals"], ["PALS_RANKID is missing", "--launcher"]),
+    (
+        ["cpu", "2", "--memory-limit", "lots"],
+        ["--memory-limit 'lots' is not a memory size", "16GB"],
+    ),
+    (["cpu", "2", "--timeout", "-1"], ["'-1' is not a positive number of seconds"]),
+    (["cpu", "2", "--interface", "ib7"], ["network interface 'ib7'", "use one of:", "lo"]),
+    (
+        ["cpu", "2", "--local-directory", "/proc/forbidden"],
+        ["local directory /proc/forbidden is not usable", "--local-directory"],
+    ),
+    (["cpu", "2", "--dashboard-address", "localhost"], ["has no port", "HOST:PORT"]),
+    (["cpu", "2", "--scheduler-port", "70000"], ["70000 is not a port number"]),
+    (["gpu", "1"], ["no GPU was found on this node", "cpu workers"]),
+    (
+        ["gpu", "5", "--site", "polaris"],
+        ["5 gpu workers per node need 5 nvidia devices", "4 GPUs (site profile)", "at most 4"],
+    ),
+    (
+        ["gpu", "13", "--site", "aurora"],
+        ["13 gpu workers per node", "exactly 12 (one per tile)"],
+    ),
+    (["cpu", "2", "--", "no-such-program-xyz"], ["command 'no-such-program-xyz' not found"]),
+    (["cpu", "2", "--"], ["'--' is not followed by a command"]),
+    (["cpu", "2", "--join", "/nonexistent/scheduler.json"], ["no such scheduler file"]),
+    (["cpu", "2", "--no-tls", "--protocol", "tls"], ["--protocol tls needs TLS"]),
+    (["cpu", "2", "--protocol", "tcp"], ["unencrypted while TLS is on", "--no-tls"]),
     (["cpu", "2", "--protocol", "ucx"], ["--protocol ucx sends everything unencrypted"]),
-    ],
+]
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"), BAD_INPUT, ids=[" ".join(args) or "none" for args, _ in BAD_INPUT]
 )
 def test_bad_input(run_cmd, cluster_env, args: list[str], fragments: list[str]) -> None:
     result = run_cmd([*start_cluster(), *args], env=cluster_env, timeout=30)
