@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
 import pytest
 from harness import mpi
 from harness.procs import run_cmd, tagged_pids
@@ -148,8 +149,10 @@ def test_scheduler_rank_killed_every_rank_exits_nonzero(
     assert code != 0, run.output()
     if name == "openmpi":  # Open MPI kills the other ranks itself
         assert "signal 9" in run.output() or "Killed" in run.output(), run.output()
-    else:  # hydra and srun wait: the other rank notices by itself and stops
-        assert re.search(r"error: (lost the scheduler|rank 0 is gone)", run.stderr), run.output()
+    else:  # the other rank notices by itself (hydra may also clean up first: a rank was killed)
+        noticed = re.search(r"error: (lost the scheduler|rank 0 is gone)", run.stderr)
+        hydra = name == "mpich" and "BAD TERMINATION" in run.stdout
+        assert noticed or hydra, run.output()
         assert exited - killed < DEATH_TIMEOUT + 15
     gone = all_gone()  # scheduler, workers and COMMAND of rank 0 died with it
     record(
@@ -158,7 +161,11 @@ def test_scheduler_rank_killed_every_rank_exits_nonzero(
         gone - killed,
         "kill -> every process gone",
         f"launcher exits {code}; scheduler, workers, COMMAND die with rank 0; other ranks: "
-        + ("killed by Open MPI" if name == "openmpi" else "'rank 0 is gone', exit 4"),
+        + {
+            "openmpi": "killed by Open MPI",
+            "mpich": "'rank 0 is gone' and/or hydra's cleanup (BAD TERMINATION)",
+            "srun": "'rank 0 is gone', exit 4",
+        }[name],
     )
 
 
@@ -347,3 +354,41 @@ def test_a_rank_that_never_starts_is_named_after_the_timeout(
 def test_launchers_are_installed() -> None:
     for prog in ("mpiexec.openmpi", "mpiexec.mpich", "srun"):
         assert shutil.which(prog), f"{prog} is missing: run tests/setup/install.sh"
+
+
+def _listener_on(port: int, parent: int) -> int:
+    """The pid of ``parent``'s child that listens on ``port`` (the scheduler, not a worker)."""
+    for child in psutil.Process(parent).children():
+        try:
+            if any(c.laddr.port == port for c in child.net_connections("tcp")):
+                return child.pid
+        except psutil.Error:
+            continue
+    raise AssertionError(f"no child of {parent} listens on port {port}")
+
+
+@pytest.mark.parametrize("name", ["mpich", "srun"])
+def test_scheduler_process_killed_is_an_error_not_a_clean_shutdown(
+    name: str, launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    job = launch(name)
+    hold = tmp_path / "hold.json"
+    run = Background(job.argv(command=faulty("hold", str(hold))), job.env, tmp_path)
+    held = json.loads(wait_for(lambda: hold.exists() and hold.read_text(), 40, what="COMMAND"))
+    line = next(x for x in run.stderr.splitlines() if "scheduler file" in x)
+    address = json.loads(Path(line.split()[-1]).read_text())["address"]
+    scheduler = _listener_on(int(address.rsplit(":", 1)[1]), held["rank_pid"])
+    killed = time.monotonic()
+    os.kill(scheduler, signal.SIGKILL)
+    code = run.wait(DEATH_TIMEOUT + 30)
+    gone = all_gone()
+    assert code != 0, run.output()
+    assert "error: the scheduler died (killed by signal 9): shutting down" in run.stderr
+    record(
+        "the scheduler process SIGKILL (its rank lives)",
+        name,
+        gone - killed,
+        "kill -> every process gone",
+        f"rank 0 reports it, stops COMMAND and its workers, launcher exits {code}; "
+        "other ranks' workers give up after --death-timeout 5",
+    )

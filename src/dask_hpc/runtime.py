@@ -105,6 +105,7 @@ class FirstRank(Rank):
         self.command: subprocess.Popen[bytes] | None = None
         self.jupyter: subprocess.Popen[bytes] | None = None
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
+        self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roster: roster.Roster | None = None
 
     def _on_events(self, data: bytes) -> None:
@@ -180,6 +181,8 @@ class FirstRank(Rank):
             child, status = self.sup.exited.pop(0)
             if child.spec.role == "worker":
                 self.handle_worker_exit(child, status)
+            elif child.spec.role == "scheduler":
+                self.scheduler_status = exit_status(status)
 
     def _serve(self, tls: security.TlsFiles | None) -> int:
         plan = self.plan
@@ -258,7 +261,13 @@ class FirstRank(Rank):
                     say(f"command exited with status {status}: shutting down")
                     return self._shutdown(status)
             if self._scheduler_gone():
-                say("the scheduler was shut down")
+                code = self.scheduler_status
+                if code and not self.stopping:  # killed (OOM, a signal) or crashed
+                    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
+                    say(f"error: the scheduler died ({how}): shutting down")
+                    status = _shell_code(code)
+                else:
+                    say("the scheduler was shut down")
                 if self.command and self.command.poll() is None:
                     self.command.terminate()
                     self._wait_command(SHUTDOWN_GRACE)
