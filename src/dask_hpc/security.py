@@ -13,11 +13,7 @@ import socket
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from typing import Any
 
 TLS_ROLES = ("scheduler", "worker", "client")
 
@@ -38,7 +34,10 @@ class TlsFiles:
         return all(p.is_file() for p in (self.ca, self.cert, self.key))
 
 
-def _name(common_name: str) -> x509.Name:
+def _name(common_name: str) -> Any:
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
 
 
@@ -71,6 +70,11 @@ def _write(path: Path, data: bytes, mode: int) -> None:
 
 def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     """Make a CA and a cluster certificate in ``directory`` (key file mode 0600)."""
+    # Imported here: only rank 0 makes certificates; the other ranks skip ~0.1 s of imports.
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
     ensure_private(directory)
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
