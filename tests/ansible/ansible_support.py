@@ -137,6 +137,20 @@ def run_playbook(
 LIVE_SYSCTLS = ("net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog", "user/max_user_namespaces")
 
 
+def run_base() -> Path:
+    """Where a session's targets live: a tmpfs when there is room (dpkg's many fsyncs and the
+    clean-up of ~1 GB of small files cost minutes on a busy disk), else the cache directory."""
+    override = os.environ.get("DASK_HPC_ANSIBLE_RUNDIR")
+    if override:
+        return Path(override)
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):
+        st = os.statvfs(shm)
+        if st.f_bavail * st.f_frsize > 4 << 30 and not st.f_flag & os.ST_NOEXEC:
+            return shm
+    return CACHE
+
+
 def live_sysctls() -> dict[str, str]:
     """This machine's live values of the sysctls the role writes (a chroot must not change them)."""
     return {k: (Path("/proc/sys") / k).read_text().strip() for k in LIVE_SYSCTLS}

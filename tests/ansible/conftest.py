@@ -23,6 +23,7 @@ from ansible_support import (
     Target,
     live_sysctls,
     require_setup,
+    run_base,
     run_playbook,
     sha256,
 )
@@ -37,7 +38,7 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 def env() -> Iterator[Env]:
     """Fresh targets from the cached tarballs, a dask-hpc wheel, an image and its URL."""
     require_setup()
-    workdir = Path(tempfile.mkdtemp(prefix="run-", dir=CACHE))
+    workdir = Path(tempfile.mkdtemp(prefix="dask-hpc-ansible-", dir=run_base()))
     server: http.server.ThreadingHTTPServer | None = None
     try:
         start = time.monotonic()
@@ -77,7 +78,7 @@ def env() -> Iterator[Env]:
         for t in targets.values():
             # Dependency wheels where a cluster would keep them: on the shared file system.
             subprocess.run(
-                ["cp", "-al", str(CACHE / "wheels" / t.python_tag), str(t.root / "srv/wheelhouse")],
+                ["cp", "-a", str(CACHE / "wheels" / t.python_tag), str(t.root / "srv/wheelhouse")],
                 check=True,
             )
         TIMINGS["targets"] = time.monotonic() - start
@@ -123,10 +124,13 @@ def env() -> Iterator[Env]:
         )
         yield Env(workdir, inventory, targets, wheels[0], image, image_url)
     finally:
+        start = time.monotonic()
         if server is not None:
             server.shutdown()
+            server.server_close()
         if os.environ.get("DASK_HPC_KEEP_TARGETS") != "1":
             subprocess.run(["rm", "-rf", "--one-file-system", str(workdir)], check=False)
+        TIMINGS["cleanup"] = time.monotonic() - start
 
 
 @pytest.fixture(scope="session")

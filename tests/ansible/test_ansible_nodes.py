@@ -132,6 +132,17 @@ def test_deepops_worker_script_usage(node: testinfra.host.Host) -> None:
     assert result.rc == 2 and "usage:" in result.stderr
 
 
+def test_deepops_worker_script_reaches_start_cluster(node: testinfra.host.Host) -> None:
+    """The worker script hands its scheduler file to start-cluster's --join, which checks it."""
+    missing = "/shared/dask-hpc/no-such-cluster.json"
+    result = run_like_a_user(
+        node.backend.name, f"/usr/share/deepops/launch-dask-cuda-worker.sh {missing} 1"
+    )
+    assert result.returncode != 0
+    assert result.stderr.startswith("start-cluster: error:"), result.stderr
+    assert missing in result.stderr, result.stderr
+
+
 def test_lmod_module_on_the_node_that_asked(node: testinfra.host.Host, converged: Env) -> None:
     """Ubuntu asked for an Lmod module: it puts the wrapper's directory on PATH."""
     module = node.file("/usr/share/modulefiles/dask-hpc/0.1.0.lua")
