@@ -175,5 +175,7 @@ class Env:
     wheel: Path
     image: Path
     image_url: str
+    fresh: Target
+    fresh_inventory: Path
     converge: PlaybookRun | None = None
     live_sysctl_before: dict[str, str] = field(default_factory=dict)

@@ -11,7 +11,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -34,6 +34,18 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         """No request log on stderr."""
 
 
+def write_inventory(path: Path, targets: Iterable[Target]) -> Path:
+    """A YAML-plugin (JSON) inventory with DeepOps' groups holding these targets."""
+    groups: dict[str, dict[str, dict[str, object]]] = {"slurm-node": {}, "slurm-master": {}}
+    for t in targets:
+        groups[t.group][t.name] = {"ansible_host": str(t.root), **t.hostvars}
+    children = {g: {"hosts": h} for g, h in groups.items() if h}
+    path.write_text(
+        json.dumps({"all": {"children": {"slurm-cluster": {"children": children}}}}, indent=1)
+    )
+    return path
+
+
 @pytest.fixture(scope="session")
 def env() -> Iterator[Env]:
     """Fresh targets from the cached tarballs, a dask-hpc wheel, an image and its URL."""
@@ -46,8 +58,10 @@ def env() -> Iterator[Env]:
             "debian12": Target("debian12", "debian12.tar", "cp311", "slurm-node"),
             "ubuntu2204": Target("ubuntu2204", "ubuntu2204.tar", "cp310", "slurm-master"),
         }
+        # A copy of Debian 12 that is never converged: --check must work on a fresh node too.
+        fresh = Target("debian12-fresh", "debian12.tar", "cp311", "slurm-node")
         procs = []
-        for t in targets.values():
+        for t in [*targets.values(), fresh]:
             t.root = workdir / t.name
             t.root.mkdir()
             procs.append(
@@ -75,7 +89,7 @@ def env() -> Iterator[Env]:
         image_url = f"http://127.0.0.1:{server.server_address[1]}/{image.name}"
         for p in procs:
             assert p.wait(timeout=120) == 0, "unpacking a target failed"
-        for t in targets.values():
+        for t in [*targets.values(), fresh]:
             # Dependency wheels where a cluster would keep them: on the shared file system.
             subprocess.run(
                 ["cp", "-a", str(CACHE / "wheels" / t.python_tag), str(t.root / "srv/wheelhouse")],
@@ -104,25 +118,10 @@ def env() -> Iterator[Env]:
             "dask_hpc_lmod": True,
             "dask_hpc_apptainer_exec_args": ["--bind", "/srv"],
         }
-        inventory = workdir / "inventory.json"
-        groups: dict[str, dict[str, dict[str, object]]] = {"slurm-node": {}, "slurm-master": {}}
-        for t in targets.values():
-            groups[t.group][t.name] = {"ansible_host": str(t.root), **t.hostvars}
-        inventory.write_text(
-            json.dumps(
-                {
-                    "all": {
-                        "children": {
-                            "slurm-cluster": {
-                                "children": {g: {"hosts": h} for g, h in groups.items()}
-                            }
-                        }
-                    }
-                },
-                indent=1,
-            )
-        )
-        yield Env(workdir, inventory, targets, wheels[0], image, image_url)
+        fresh.hostvars = targets["debian12"].hostvars
+        inventory = write_inventory(workdir / "inventory.json", targets.values())
+        fresh_inventory = write_inventory(workdir / "inventory-fresh.json", [fresh])
+        yield Env(workdir, inventory, targets, wheels[0], image, image_url, fresh, fresh_inventory)
     finally:
         start = time.monotonic()
         if server is not None:

@@ -12,6 +12,7 @@ pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
 BAD_CHECKSUM = "sha256:" + "0" * 64
 # Runs that only read the converged targets (or fail before touching them): run side by side.
 RERUNS: dict[str, tuple[str, ...]] = {
+    "check_fresh": ("--check",),  # against env.fresh_inventory: a node never converged
     "idempotence": (),
     "check_diff": ("--check", "--diff"),
     "bad_checksum": ("-l", "debian12", "--check", "-e", f"dask_hpc_image_checksum={BAD_CHECKSUM}"),
@@ -25,7 +26,12 @@ def reruns(converged: Env) -> dict[str, PlaybookRun]:
     """The playbook runs after the first converge, started concurrently."""
     with ThreadPoolExecutor(len(RERUNS)) as pool:
         futures = {
-            name: pool.submit(run_playbook, converged.workdir, converged.inventory, *args)
+            name: pool.submit(
+                run_playbook,
+                converged.workdir,
+                converged.fresh_inventory if name == "check_fresh" else converged.inventory,
+                *args,
+            )
             for name, args in RERUNS.items()
         }
         runs = {name: f.result() for name, f in futures.items()}
@@ -91,3 +97,15 @@ def test_wrong_image_checksum_fails_before_copying(reruns: dict[str, PlaybookRun
     assert run.returncode != 0, run.describe()
     assert f"not dask_hpc_image_checksum {BAD_CHECKSUM}" in run.output, run.describe()
     assert "TASK [dask_hpc : Copy the image into the shared directory]" not in run.output
+
+
+def test_check_mode_on_a_fresh_node_changes_nothing(
+    converged: Env, reruns: dict[str, PlaybookRun]
+) -> None:
+    """--check on a node never converged reports what it would change, and changes nothing."""
+    run = reruns["check_fresh"]
+    assert run.returncode == 0, run.describe()
+    assert run.recap()["debian12-fresh"]["changed"] > 10, run.describe()
+    root = converged.fresh.root
+    for path in ("shared", "opt/dask-hpc", "usr/share/deepops", "etc/sysctl.d/90-dask-hpc.conf"):
+        assert not (root / path).exists(), path
