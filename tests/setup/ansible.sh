@@ -16,7 +16,7 @@ trap 'echo "ansible.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE="${DASK_HPC_ANSIBLE_CACHE:-/var/tmp/dask-hpc-tests/ansible}"
 ANSIBLE_WHEEL_VERSION="12.3.0"   # the `ansible` community package that carries community.general
-# Ubuntu Archive Automatic Signing Key (2018) <ftpmaster@ubuntu.com>, as published by Ubuntu.
+# Ubuntu Archive Automatic Signing Key (2018): its fingerprint as Ubuntu publishes it.
 UBUNTU_ARCHIVE_FPR="F6ECB3762474EDA9D21B7022871920D1991BC93C"
 
 here="$(cd "$(dirname "$0")" && pwd)"
