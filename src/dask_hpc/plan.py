@@ -418,7 +418,9 @@ def make_plan(
         protocol=protocol,
         timeout=args.timeout or float(config.get("timeout")),
         poll_interval=float(config.get("poll-interval")),
-        poll_max_interval=float(config.get("poll-max-interval")),
+        poll_max_interval=float(
+            config.get("poll-max-interval") or min(2.0, max(0.1, rank.size / 2000))
+        ),
         command=args.command,
         jupyter=args.jupyter,
         processes=processes,
