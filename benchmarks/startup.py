@@ -172,7 +172,7 @@ def main() -> int:
         f"{os.cpu_count()} CPUs; ratio to the hand-written floor"
     )
     first, last = opts.workers[0], opts.workers[-1]
-    header = "| method | " + " | ".join(f"{n} workers" for n in opts.workers)
+    header = "| method | " + " | ".join(f"{n} worker{'s' if n > 1 else ''}" for n in opts.workers)
     print(header + f" | {last} vs {first} | shutdown ({last}) |")
     print("|---" * (len(opts.workers) + 3) + "|")
     for method in opts.methods:
