@@ -15,6 +15,8 @@ import yaml
 
 from .errors import UsageError
 
+# Every rank reads every profile at start-up: use libyaml where it is there.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "none")
 GPU_VENDORS = ("nvidia", "intel", "amd")
 
@@ -98,7 +100,7 @@ def all_sites() -> dict[str, Site]:
     sites = {}
     for entry in sorted(resources.files(__package__).joinpath("sites").iterdir(), key=str):
         if entry.name.endswith(".yaml"):
-            site = _from_mapping(yaml.safe_load(entry.read_text()))
+            site = _from_mapping(yaml.load(entry.read_text(), Loader=_LOADER))
             sites[site.name] = site
     return sites
 
