@@ -106,10 +106,6 @@ class RankInfo:
         return self.rank == 0
 
 
-def launcher_names() -> list[str]:
-    return [launcher.name for launcher in (*LAUNCHERS, NONE)]
-
-
 def _first(env: Mapping[str, str], names: tuple[str, ...]) -> str | None:
     for name in names:
         if env.get(name, "") != "":
