@@ -28,7 +28,6 @@ class Roster:
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
         self.alive: dict[int, socket.socket] = {}  # rank -> connection
-        self.seen: set[int] = set()
         self._pending: dict[int, tuple[socket.socket, bytes]] = {}
         self._watch, self._unwatch = watch, unwatch
         watch(self.listener.fileno(), self._accept)
@@ -63,7 +62,6 @@ class Roster:
             token, _, rank = buffer.decode(errors="replace").strip().partition(" ")
             if data and hmac.compare_digest(token, self.token) and rank.isdigit():
                 self.alive[int(rank)] = conn
-                self.seen.add(int(rank))
                 return
             self._drop(fd, conn)
             return

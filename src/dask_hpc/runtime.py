@@ -153,7 +153,6 @@ class FirstRank(Rank):
 
     def _wait(
         self,
-        what: str,
         ready: Callable[[], bool],
         timeout: float,
         progress: bool = False,
@@ -186,7 +185,7 @@ class FirstRank(Rank):
 
     def _serve(self, tls: security.TlsFiles | None) -> int:
         plan = self.plan
-        if not self._wait("scheduler", lambda: self.started is not None, plan.timeout):
+        if not self._wait(lambda: self.started is not None, plan.timeout):
             return self._abort("the scheduler did not start")
         address = self.started["address"]
         if plan.rank.size > 1:
@@ -205,7 +204,7 @@ class FirstRank(Rank):
         os.environ.update(self.info.client_env())
         self.start_workers(self.info.address)
         ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
-        if not self._wait("workers", ready, plan.timeout, progress=True):
+        if not self._wait(ready, plan.timeout, progress=True):
             if self.sup.signals or self._scheduler_gone():
                 return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
             return self._abort(self._missing_message())
@@ -297,7 +296,6 @@ class FirstRank(Rank):
         if self.workers and not self._scheduler_gone():
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
             self._wait(
-                "workers to leave",
                 lambda: not self.workers,
                 WORKERS_LEAVE_TIMEOUT,
                 interruptible=False,
@@ -386,7 +384,7 @@ class WorkerRank(Rank):
                 f"cannot reach rank 0 at {info.roster}: {error}",
                 "check that every node can reach rank 0's node (--interface)",
             ) from None
-        self.roster_conn = conn
+        self.roster_conn = conn  # held: closing it would tell rank 0 this rank is gone
 
         def on_data() -> None:
             try:
