@@ -1,7 +1,8 @@
 """Helpers for the Ansible role's tests: real ansible-playbook runs against debootstrap'd root
-filesystems (Debian 12, Ubuntu 22.04) through the community.general chroot connection.
+filesystems (Debian 12, Ubuntu 22.04, Ubuntu 24.04) through the community.general chroot
+connection, and commands run inside them as on a real node.
 
-tests/setup/ansible.sh prepares the cache (root filesystem tarballs, dependency wheels, the
+tests/setup/ansible.sh prepares the cache (root filesystem tarballs, a wheelhouse, the
 community.general collection); each test session unpacks fresh targets from it.
 """
 
@@ -9,11 +10,15 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 import os
 import re
+import select
+import shlex
 import shutil
 import subprocess
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,12 +29,28 @@ ANSIBLE_DIR = REPO / "ansible"
 SITE = ANSIBLE_DIR / "site.yml"
 CACHE = Path(os.environ.get("DASK_HPC_ANSIBLE_CACHE", "/var/tmp/dask-hpc-tests/ansible"))
 COLLECTIONS = CACHE / "collections"
+TARBALLS = ("debian12.tar", "ubuntu2204.tar", "ubuntu2404.tar")
 RECAP = re.compile(
     r"^(?P<host>\S+)\s*:\s*ok=(?P<ok>\d+)\s+changed=(?P<changed>\d+)\s+"
     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
     re.M,
 )
 TIMINGS: dict[str, float] = {}
+# This machine's settings that a chroot target would inherit through the chroot connection (a
+# real node, reached over SSH, would not): pip's and the TLS libraries' CA and index settings.
+HOST_ONLY_ENV = ("PIP_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "SSL_CERT_DIR")
+# What the role creates on a node; none of it may appear on a node that --check or a refused
+# run touched.
+ROLE_PATHS = (
+    "shared",
+    "opt/dask-hpc",
+    "usr/share/deepops",
+    "etc/dask",
+    "etc/ansible/facts.d/dask_hpc.fact",
+    "etc/sysctl.d/90-dask-hpc.conf",
+    "etc/security/limits.d/90-dask-hpc.conf",
+    "usr/local/bin/start-cluster",
+)
 
 
 @dataclass
@@ -38,7 +59,6 @@ class Target:
 
     name: str
     tarball: str
-    python_tag: str
     group: str  # slurm-node or slurm-master
     hostvars: dict[str, object] = field(default_factory=dict)
     root: Path = Path()
@@ -60,9 +80,19 @@ class PlaybookRun:
             for m in RECAP.finditer(self.output)
         }
 
+    def changed_tasks(self) -> list[str]:
+        """The names of the tasks that reported a change."""
+        names, current = [], ""
+        for line in self.output.splitlines():
+            if line.startswith("TASK ["):
+                current = line[6:].split("]", 1)[0]
+            elif line.startswith("changed: ") and current not in names:
+                names.append(current)
+        return names
+
     def describe(self) -> str:
         """The command and the tail of its output, for assertion messages."""
-        return f"$ {' '.join(self.args)}\n(rc={self.returncode})\n{self.output[-6000:]}"
+        return f"$ {shlex.join(self.args)}\n(rc={self.returncode})\n{self.output[-6000:]}"
 
 
 def require_setup() -> None:
@@ -71,14 +101,12 @@ def require_setup() -> None:
         str(p)
         for p in (
             COLLECTIONS / "ansible_collections/community/general/plugins/connection/chroot.py",
-            CACHE / "rootfs/debian12.tar",
-            CACHE / "rootfs/ubuntu2204.tar",
+            *(CACHE / "rootfs" / t for t in TARBALLS),
             CACHE / "wheels/cp311",
-            CACHE / "wheels/cp310",
         )
         if not p.exists()
     ]
-    for tool in ("ansible-playbook", "ansible-lint"):
+    for tool in ("ansible-playbook", "ansible-lint", "dpkg-deb", "unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             missing.append(tool)
     if os.geteuid() != 0:
@@ -91,7 +119,8 @@ def require_setup() -> None:
 
 
 def ansible_env(workdir: Path) -> dict[str, str]:
-    """Environment for ansible-playbook: our collection path, no colours, no stray config."""
+    """Environment for ansible-playbook: our collection path, no colours, no stray config, the
+    controller's cache (built wheel, fetched packages) inside workdir."""
     cfg = workdir / "ansible.cfg"
     cfg.write_text(
         "[defaults]\n"
@@ -102,8 +131,7 @@ def ansible_env(workdir: Path) -> dict[str, str]:
         "interpreter_python = auto_silent\n"
         f"local_tmp = {workdir / 'ansible-local'}\n"
     )
-    # PIP_* settings of this machine would leak into the chroot targets.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ONLY_ENV)}
     env.update(
         ANSIBLE_CONFIG=str(cfg),
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
@@ -111,12 +139,17 @@ def ansible_env(workdir: Path) -> dict[str, str]:
         ANSIBLE_FORCE_COLOR="0",
         ANSIBLE_RETRY_FILES_ENABLED="0",
         PYTHONUNBUFFERED="1",
+        XDG_CACHE_HOME=str(workdir / "controller-cache"),
     )
     return env
 
 
 def run_playbook(
-    workdir: Path, inventory: Path, *extra: str, playbook: Path = SITE, timeout: float = 540
+    workdir: Path,
+    inventory: Path,
+    *extra: str,
+    playbook: Path = SITE,
+    timeout: float = 600,
 ) -> PlaybookRun:
     """Run ansible-playbook for real and capture its output."""
     args = ["ansible-playbook", "-i", str(inventory), str(playbook), *extra]
@@ -134,6 +167,28 @@ def run_playbook(
     return PlaybookRun(args, proc.returncode, proc.stdout, time.monotonic() - start)
 
 
+def write_inventory(
+    path: Path, targets: Iterable[Target], names: Mapping[str, Target] | None = None
+) -> Path:
+    """A YAML-plugin (JSON) inventory with DeepOps' groups holding these targets (or, with
+    names, these host names for targets; several names may share one root filesystem)."""
+    hosts = dict(names) if names is not None else {t.name: t for t in targets}
+    groups: dict[str, dict[str, dict[str, object]]] = {"slurm-node": {}, "slurm-master": {}}
+    for name, t in hosts.items():
+        groups[t.group][name] = {
+            "ansible_host": str(t.root),
+            "ansible_connection": "community.general.chroot",
+            "ansible_become": False,
+            "ansible_python_interpreter": "/usr/bin/python3",
+            **t.hostvars,
+        }
+    children = {g: {"hosts": h} for g, h in groups.items() if h}
+    path.write_text(
+        json.dumps({"all": {"children": {"slurm-cluster": {"children": children}}}}, indent=1)
+    )
+    return path
+
+
 LIVE_SYSCTLS = ("net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog", "user/max_user_namespaces")
 
 
@@ -146,7 +201,7 @@ def run_base() -> Path:
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
         st = os.statvfs(shm)
-        if st.f_bavail * st.f_frsize > 4 << 30 and not st.f_flag & os.ST_NOEXEC:
+        if st.f_bavail * st.f_frsize > 6 << 30 and not st.f_flag & os.ST_NOEXEC:
             return shm
     return CACHE
 
@@ -165,17 +220,199 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-@dataclass
-class Env:
-    """Everything one test session converges: targets, inventory, artefacts."""
+def node_argv(
+    root: Path,
+    command: str,
+    user: str = "root",
+    env: Mapping[str, str] | None = None,
+    netns_pid: int | None = None,
+) -> list[str]:
+    """argv that runs ``command`` (sh -c) in the target as ``user`` would on a real node: its
+    own /proc and /dev/shm (in private mount and PID namespaces, so nothing stays mounted and
+    everything in it dies with it), a clean login environment, the user's groups from the
+    target's /etc/group. With netns_pid, in that process's network and UTS namespaces (an
+    emulated node of its own)."""
+    home = "/root" if user == "root" else f"/home/{user}"
+    variables = {
+        "HOME": home,
+        "USER": user,
+        "LOGNAME": user,
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+    }
+    variables.update(env or {})
+    tag = os.environ.get("DASK_HPC_TEST_TAG")
+    if tag:
+        variables["DASK_HPC_TEST_TAG"] = tag  # the harness finds leftovers by it
+    inner = ["env", "-i", *(f"{k}={v}" for k, v in variables.items()), "sh", "-c", command]
+    if user != "root":
+        inner = ["setpriv", f"--reuid={user}", f"--regid={user}", "--init-groups", *inner]
+    setup = f"mount -t tmpfs -o mode=1777 tmpfs {shlex.quote(str(root / 'dev/shm'))} && exec " + (
+        shlex.join(["chroot", str(root), *inner])
+    )
+    argv = ["unshare", "--mount", "--pid", "--fork", "--kill-child"]
+    argv += [f"--mount-proc={root}/proc", "--propagation", "private", "sh", "-c", setup]
+    if netns_pid is not None:
+        argv = ["nsenter", f"--target={netns_pid}", "--net", "--uts", *argv]
+    return argv
 
-    workdir: Path
-    inventory: Path
-    targets: dict[str, Target]
-    wheel: Path
-    image: Path
-    image_url: str
-    fresh: Target
-    fresh_inventory: Path
-    converge: PlaybookRun | None = None
-    live_sysctl_before: dict[str, str] = field(default_factory=dict)
+
+def run_on_node(
+    root: Path,
+    command: str,
+    user: str = "root",
+    env: Mapping[str, str] | None = None,
+    timeout: float = 180,
+    netns_pid: int | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in the target (see node_argv) and wait for it."""
+    return subprocess.run(
+        node_argv(root, command, user, env, netns_pid),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def prepare_node(root: Path, empty_lists: bool = False) -> None:
+    """What a site's node has before the role runs: a user account, and pip configured for the
+    package index it can reach (this machine's CA bundle, for sites whose HTTPS goes through their
+    own CA). With empty_lists, apt's package lists are removed and stamped fresh (younger than a
+    day), as on a node whose lists lack what the role needs."""
+    subprocess.run(
+        ["chroot", str(root), "useradd", "--create-home", "--shell", "/bin/sh", "alice"],
+        check=True,
+        capture_output=True,
+    )
+    bundle = Path("/etc/ssl/certs/ca-certificates.crt")
+    if bundle.is_file():
+        ca = root / "usr/local/share/dask-hpc-test/ca.crt"
+        ca.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(bundle, ca)
+        (root / "etc/pip.conf").write_text(
+            "[global]\ncert = /usr/local/share/dask-hpc-test/ca.crt\n"
+        )
+    if empty_lists:
+        lists = root / "var/lib/apt/lists"
+        for f in lists.iterdir():
+            if f.is_file() and f.name != "lock":
+                f.unlink()
+        for cache in (root / "var/cache/apt").glob("*.bin"):
+            cache.unlink()
+        stamp = root / "var/lib/apt/periodic/update-success-stamp"
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.touch()
+        os.utime(lists)
+
+
+def make_fake_apptainer_deb(directory: Path) -> Path:
+    """A .deb named apptainer that stands in for an Apptainer release package (no release server
+    is reachable here): it exercises the role's fetch-once, copy and install path, not Apptainer."""
+    build = directory / "apptainer-deb"
+    (build / "DEBIAN").mkdir(parents=True)
+    (build / "usr/bin").mkdir(parents=True)
+    (build / "DEBIAN/control").write_text(
+        "Package: apptainer\nVersion: 0.0.0~dask.hpc.test\nArchitecture: all\n"
+        "Maintainer: dask-hpc tests <tests@invalid>\n"
+        "Description: stand-in for an Apptainer release package (dask-hpc tests)\n"
+    )
+    tool = build / "usr/bin/apptainer"
+    tool.write_text('#!/bin/sh\necho "apptainer version 0.0.0 (dask-hpc test stand-in)"\n')
+    tool.chmod(0o755)
+    out = directory / "apptainer_0.0.0_all.deb"
+    subprocess.run(
+        ["dpkg-deb", "--root-owner-group", "--build", str(build), str(out)],
+        check=True,
+        capture_output=True,
+    )
+    shutil.rmtree(build)
+    return out
+
+
+class NetNode:
+    """An emulated node: its own network and UTS namespaces (host name, an address on a veth
+    pair), held open by a process that exits when its stdin closes. Commands enter it with
+    run_on_node(..., netns_pid=node.pid)."""
+
+    def __init__(self, hostname: str) -> None:
+        self.hostname = hostname
+        self.proc = subprocess.Popen(
+            ["unshare", "--net", "--uts", "sh", "-c",
+             f"hostname {shlex.quote(hostname)} && echo ready && exec cat"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        self.pid = self.proc.pid
+        # Only once it says so are its namespaces in place (before, nsenter would enter this
+        # machine's own network namespace).
+        assert self.proc.stdout is not None
+        ready = select.select([self.proc.stdout], [], [], 30)[0]
+        if not ready or self.proc.stdout.readline() != b"ready\n":
+            self.close()
+            raise AssertionError(f"emulated node {hostname}: unshare --net --uts did not start")
+        own = os.readlink(f"/proc/{self.pid}/ns/net")
+        if own == os.readlink("/proc/self/ns/net"):
+            self.close()
+            raise AssertionError(f"emulated node {hostname} shares this machine's network")
+
+    def ip(self, *args: str) -> None:
+        """Run `ip ARGS` inside this node's network namespace."""
+        subprocess.run(
+            ["nsenter", f"--target={self.pid}", "--net", "ip", *args],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+
+    def close(self) -> None:
+        if self.proc.stdin:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def connect_nodes(a: NetNode, a_ip: str, b: NetNode, b_ip: str) -> None:
+    """A veth pair between two emulated nodes, both on a /24, each with a default route."""
+    a.ip("link", "add", "eth0", "type", "veth", "peer", "name", "eth0", "netns", str(b.pid))
+    for node, address in ((a, a_ip), (b, b_ip)):
+        node.ip("addr", "add", f"{address}/24", "dev", "eth0")
+        node.ip("link", "set", "eth0", "up")
+        node.ip("link", "set", "lo", "up")
+        node.ip("route", "add", "default", "dev", "eth0")
+
+
+def wait_output(
+    proc: subprocess.Popen[str], pattern: str, timeout: float, lines: list[str]
+) -> re.Match[str]:
+    """Read proc's stdout (stderr merged) line by line until pattern matches, waiting on the pipe
+    (select) at most timeout seconds in all; lines collects what was read."""
+    deadline = time.monotonic() + timeout
+    regex = re.compile(pattern)
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buffer = b""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        buffer += chunk
+        *done, buffer = buffer.split(b"\n")
+        for raw in done:
+            line = raw.decode(errors="replace")
+            lines.append(line)
+            m = regex.search(line)
+            if m:
+                return m
+    lines.append(buffer.decode(errors="replace"))
+    raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n" + "\n".join(lines))
+
+
+def shell(argv: Sequence[str]) -> str:
+    """A command line for messages."""
+    return shlex.join(argv)

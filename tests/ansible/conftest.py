@@ -1,4 +1,13 @@
-"""Fixtures for the Ansible role's tests: fresh chroot targets, a wheel, an image, a converge."""
+"""Fixtures for the Ansible role's tests: fresh chroot targets, the playbook runs against them.
+
+Targets (each a fresh copy of a cached debootstrap tarball):
+- debian12, ubuntu2204, ubuntu2404: converged with no variables at all, each in its own
+  inventory, as an admin runs `ansible-playbook -i inventory ansible/site.yml`; ubuntu2204's apt
+  lists are emptied and stamped fresh first (the role must refresh them anyway);
+- configured: Debian 12 with most settings (a user list, an offline wheelhouse, Apptainer from a
+  release package fetched by the controller over HTTP, an Lmod module, a forced NVIDIA GPU);
+- fresh: Debian 12, never converged: --check runs and refused runs, which must change nothing.
+"""
 
 from __future__ import annotations
 
@@ -7,26 +16,58 @@ import http.server
 import json
 import os
 import subprocess
-import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 from ansible_support import (
     CACHE,
-    REPO,
     TIMINGS,
-    Env,
+    PlaybookRun,
     Target,
     live_sysctls,
+    make_fake_apptainer_deb,
+    prepare_node,
     require_setup,
     run_base,
     run_playbook,
     sha256,
+    write_inventory,
 )
+
+NO_VARS = ("debian12", "ubuntu2204", "ubuntu2404")
+# --check --diff after the converge: a node converged without variables, and the configured one
+# (with a package URL). (Each run costs a converge's time on this 2-core machine.)
+CHECKED = ("debian12", "configured")
+BAD_CHECKSUM = "sha256:" + "0" * 64
+
+
+@dataclass
+class Env:
+    """Everything one test session converges: targets, inventories, artefacts."""
+
+    workdir: Path
+    targets: dict[str, Target]
+    inventories: dict[str, Path]
+    package: Path
+    package_url: str
+    image: Path
+    live_sysctl_before: dict[str, str] = field(default_factory=dict)
+
+    def package_vars(self) -> str:
+        """-e JSON: Apptainer from the (stand-in) release package, fetched by the controller."""
+        return json.dumps(
+            {
+                "dask_hpc_apptainer": True,
+                "dask_hpc_apptainer_package_url": self.package_url,
+                "dask_hpc_apptainer_package_checksum": f"sha256:{sha256(self.package)}",
+            }
+        )
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -34,94 +75,67 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         """No request log on stderr."""
 
 
-def write_inventory(path: Path, targets: Iterable[Target]) -> Path:
-    """A YAML-plugin (JSON) inventory with DeepOps' groups holding these targets."""
-    groups: dict[str, dict[str, dict[str, object]]] = {"slurm-node": {}, "slurm-master": {}}
-    for t in targets:
-        groups[t.group][t.name] = {"ansible_host": str(t.root), **t.hostvars}
-    children = {g: {"hosts": h} for g, h in groups.items() if h}
-    path.write_text(
-        json.dumps({"all": {"children": {"slurm-cluster": {"children": children}}}}, indent=1)
-    )
-    return path
-
-
 @pytest.fixture(scope="session")
 def env() -> Iterator[Env]:
-    """Fresh targets from the cached tarballs, a dask-hpc wheel, an image and its URL."""
+    """Fresh targets from the cached tarballs, their inventories, a package served over HTTP."""
     require_setup()
     workdir = Path(tempfile.mkdtemp(prefix="dask-hpc-ansible-", dir=run_base()))
     server: http.server.ThreadingHTTPServer | None = None
     try:
         start = time.monotonic()
         targets = {
-            "debian12": Target("debian12", "debian12.tar", "cp311", "slurm-node"),
-            "ubuntu2204": Target("ubuntu2204", "ubuntu2204.tar", "cp310", "slurm-master"),
+            "debian12": Target("debian12", "debian12.tar", "slurm-node"),
+            "ubuntu2204": Target("ubuntu2204", "ubuntu2204.tar", "slurm-master"),
+            "ubuntu2404": Target("ubuntu2404", "ubuntu2404.tar", "slurm-node"),
+            "configured": Target("configured", "debian12.tar", "slurm-node"),
+            "fresh": Target("fresh", "debian12.tar", "slurm-node"),
         }
-        # A copy of Debian 12 that is never converged: --check must work on a fresh node too.
-        fresh = Target("debian12-fresh", "debian12.tar", "cp311", "slurm-node")
         procs = []
-        for t in [*targets.values(), fresh]:
+        for t in targets.values():
             t.root = workdir / t.name
             t.root.mkdir()
-            procs.append(
-                subprocess.Popen(
-                    ["tar", "-C", str(t.root), "-xpf", str(CACHE / "rootfs" / t.tarball)]
-                )
-            )
-        # The project's own wheel, built as it is now.
-        dist = workdir / "dist"
-        subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-             "--disable-pip-version-check", "-w", str(dist), str(REPO)],
-            check=True, timeout=180, stdout=subprocess.DEVNULL,
-        )  # fmt: skip
-        wheels = sorted(dist.glob("dask_hpc-*.whl"))
-        assert len(wheels) == 1, wheels
-        # The site image: content does not matter to the role, its checksum does.
+            tarball = CACHE / "rootfs" / t.tarball
+            procs.append(subprocess.Popen(["tar", "-C", str(t.root), "-xpf", str(tarball)]))
         http_dir = workdir / "http"
         http_dir.mkdir()
-        image = http_dir / "dask-hpc-test.sif"
-        image.write_bytes(os.urandom(1 << 20))
+        package = make_fake_apptainer_deb(http_dir)
+        image = workdir / "dask-hpc-test.sif"  # content does not matter to the role
+        image.write_bytes(os.urandom(1 << 16))
         handler = functools.partial(_QuietHandler, directory=str(http_dir))
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
-        image_url = f"http://127.0.0.1:{server.server_address[1]}/{image.name}"
+        package_url = f"http://127.0.0.1:{server.server_address[1]}/{package.name}"
         for p in procs:
-            assert p.wait(timeout=120) == 0, "unpacking a target failed"
-        for t in [*targets.values(), fresh]:
-            # Dependency wheels where a cluster would keep them: on the shared file system.
-            subprocess.run(
-                ["cp", "-a", str(CACHE / "wheels" / t.python_tag), str(t.root / "srv/wheelhouse")],
-                check=True,
-            )
-        TIMINGS["targets"] = time.monotonic() - start
-        checksum = f"sha256:{sha256(image)}"
-        common = {
-            "ansible_connection": "community.general.chroot",
-            "ansible_become": False,
-            "ansible_python_interpreter": "/usr/bin/python3",
-            # No distribution package for Apptainer on these two (see ansible/README.md).
-            "dask_hpc_apptainer": False,
-            "dask_hpc_provider": "python",
-            "dask_hpc_python_wheel": str(wheels[0]),
+            assert p.wait(timeout=180) == 0, "unpacking a target failed"
+        for t in targets.values():
+            prepare_node(t.root, empty_lists=t.name == "ubuntu2204")
+        # The configured node's wheelhouse, where a cluster keeps it: on the shared file system.
+        wheelhouse = targets["configured"].root / "srv/wheelhouse"
+        subprocess.run(["cp", "-a", str(CACHE / "wheels/cp311"), str(wheelhouse)], check=True)
+        targets["configured"].hostvars = {
+            "dask_hpc_users": ["alice"],
             "dask_hpc_python_find_links": ["/srv/wheelhouse"],
             "dask_hpc_python_offline": True,
-            "dask_hpc_image_checksum": checksum,
-            "dask_hpc_sysctl_extra": {"net.ipv4.tcp_max_syn_backlog": 8192},
-        }
-        targets["debian12"].hostvars = {**common, "dask_hpc_image_src": str(image)}
-        targets["ubuntu2204"].hostvars = {
-            **common,
-            "dask_hpc_image_url": image_url,
+            "dask_hpc_python_extras": [],  # not dask-cuda, which the wheelhouse lacks
+            "dask_hpc_apptainer": True,
+            "dask_hpc_apptainer_package_url": package_url,
+            "dask_hpc_apptainer_package_checksum": f"sha256:{sha256(package)}",
             "dask_hpc_gpu": "nvidia",  # a chroot shows no PCI devices: force the GPU path
             "dask_hpc_lmod": True,
-            "dask_hpc_apptainer_exec_args": ["--bind", "/srv"],
+            "dask_hpc_group_gid": 2500,
+            "dask_hpc_sysctl_extra": {"net.ipv4.tcp_max_syn_backlog": 8192},
         }
-        fresh.hostvars = targets["debian12"].hostvars
-        inventory = write_inventory(workdir / "inventory.json", targets.values())
-        fresh_inventory = write_inventory(workdir / "inventory-fresh.json", [fresh])
-        yield Env(workdir, inventory, targets, wheels[0], image, image_url, fresh, fresh_inventory)
+        inventories = {
+            name: write_inventory(workdir / f"inventory-{name}.json", [t])
+            for name, t in targets.items()
+        }
+        # Two inventory hosts on one local file system: the shared-directory check must refuse.
+        fresh = targets["fresh"]
+        inventories["two-nodes"] = write_inventory(
+            workdir / "inventory-two-nodes.json", [], {"node-a": fresh, "node-b": fresh}
+        )
+        TIMINGS["targets"] = time.monotonic() - start
+        yield Env(workdir, targets, inventories, package, package_url, image)
     finally:
         start = time.monotonic()
         if server is not None:
@@ -132,21 +146,116 @@ def env() -> Iterator[Env]:
         TIMINGS["cleanup"] = time.monotonic() - start
 
 
+def _fresh_runs(env: Env) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Runs against the never-converged node (inventory, arguments): none may change it."""
+    image_bad = json.dumps(
+        {
+            "dask_hpc_provider": "image",
+            "dask_hpc_apptainer": False,
+            "dask_hpc_image_src": str(env.image),
+            "dask_hpc_image_checksum": BAD_CHECKSUM,
+        }
+    )
+    return {
+        "check_fresh": ("fresh", ("--check", "--diff")),
+        # With a package URL, and booleans and integers given as strings on the command line.
+        "check_fresh_package": (
+            "fresh",
+            (
+                "--check",
+                "--diff",
+                "-e",
+                env.package_vars(),
+                "-e",
+                "dask_hpc_wrapper=false",
+                "-e",
+                "dask_hpc_nofile=900000",
+                "-e",
+                "dask_hpc_lmod=no",
+            ),
+        ),  # fmt: skip
+        "two_nodes_local_fs": ("two-nodes", ()),
+        # The check switched off: validation goes on to its last check, which refuses the image
+        # provider on nodes without Apptainer.
+        "two_nodes_check_off": (
+            "two-nodes",
+            (
+                "-e",
+                "dask_hpc_shared_dir_check=false",
+                "-e",
+                "dask_hpc_provider=image",
+                "-e",
+                "dask_hpc_apptainer=false",
+                "-e",
+                "dask_hpc_image=false",
+            ),
+        ),  # fmt: skip
+        "wrong_type": ("fresh", ("-e", "dask_hpc_nofile=lots")),
+        "wrong_choice": ("fresh", ("-e", "dask_hpc_gpu=amd")),
+        "numeric_mode": ("fresh", ("-e", '{"dask_hpc_shared_dir_mode": 3770}')),
+        "open_mode": ("fresh", ("-e", "dask_hpc_shared_dir_mode=3777")),
+        "string_for_list": ("fresh", ("-e", "dask_hpc_python_extras=cuda")),
+        "list_for_string": ("fresh", ("-e", '{"dask_hpc_group": ["dask-hpc"]}')),
+        "image_without_source": ("fresh", ("-e", "dask_hpc_provider=image")),
+        "apptainer_on_debian": ("fresh", ("-e", "dask_hpc_apptainer=true")),
+        "unknown_user": ("fresh", ("-e", '{"dask_hpc_users": ["alice", "nosuchuser"]}')),
+        "unknown_site": ("fresh", ("-e", "dask_hpc_site=deepop")),
+        "bad_image_checksum": ("fresh", ("-e", image_bad)),
+    }
+
+
 @pytest.fixture(scope="session")
-def converged(env: Env) -> Env:
-    """The first converge of both targets (run once per session)."""
-    if env.converge is None:
-        env.live_sysctl_before = live_sysctls()
-        env.converge = run_playbook(env.workdir, env.inventory)
-        TIMINGS["converge"] = env.converge.seconds
-    run = env.converge
-    assert run.returncode == 0, run.describe()
+def first_runs(env: Env) -> dict[str, PlaybookRun]:
+    """Side by side: the first converge of the four targets, and every run against the fresh
+    node (--check, refused settings)."""
+    env.live_sysctl_before = live_sysctls()
+    jobs: dict[str, tuple[Path, tuple[str, ...]]] = {
+        f"converge_{name}": (env.inventories[name], ()) for name in (*NO_VARS, "configured")
+    }
+    for name, (inventory, args) in _fresh_runs(env).items():
+        jobs[name] = (env.inventories[inventory], args)
+    with ThreadPoolExecutor(8) as pool:
+        futures = {
+            name: pool.submit(run_playbook, env.workdir, inventory, *args)
+            for name, (inventory, args) in jobs.items()
+        }
+        runs = {name: f.result() for name, f in futures.items()}
+    for name, run in runs.items():
+        TIMINGS[name] = run.seconds
+    return runs
+
+
+@pytest.fixture(scope="session")
+def converged(env: Env, first_runs: dict[str, PlaybookRun]) -> Env:
+    """The four converged targets (their first converge succeeded)."""
+    for name in (*NO_VARS, "configured"):
+        run = first_runs[f"converge_{name}"]
+        assert run.returncode == 0, run.describe()
     return env
+
+
+@pytest.fixture(scope="session")
+def reruns(converged: Env) -> dict[str, PlaybookRun]:
+    """Side by side, on the converged targets: a second converge, and --check --diff."""
+    jobs = {}
+    for name in (*NO_VARS, "configured"):
+        jobs[f"again_{name}"] = (converged.inventories[name], ())
+    for name in CHECKED:
+        jobs[f"check_{name}"] = (converged.inventories[name], ("--check", "--diff"))
+    with ThreadPoolExecutor(8) as pool:
+        futures = {
+            name: pool.submit(run_playbook, converged.workdir, inventory, *args)
+            for name, (inventory, args) in jobs.items()
+        }
+        runs = {name: f.result() for name, f in futures.items()}
+    for name, run in runs.items():
+        TIMINGS[name] = run.seconds
+    return runs
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """Print how long the real Ansible runs took."""
     if TIMINGS:
         terminalreporter.write_line(
-            "ansible timings: " + ", ".join(f"{k} {v:.1f}s" for k, v in TIMINGS.items())
+            "ansible timings: " + ", ".join(f"{k} {v:.0f}s" for k, v in TIMINGS.items())
         )

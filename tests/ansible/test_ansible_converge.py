@@ -1,111 +1,161 @@
-"""Real ansible-playbook runs of ansible/site.yml against Debian 12 and Ubuntu 22.04 chroots."""
+"""Real ansible-playbook runs of ansible/site.yml against Debian 12, Ubuntu 22.04 and 24.04."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
+import json
+import re
 
 import pytest
-from ansible_support import TIMINGS, Env, PlaybookRun, run_playbook
+from ansible_support import ROLE_PATHS, PlaybookRun
+from conftest import CHECKED, NO_VARS, Env
 
-pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
-
-BAD_CHECKSUM = "sha256:" + "0" * 64
-# Runs that only read the converged targets (or fail before touching them): run side by side.
-RERUNS: dict[str, tuple[str, ...]] = {
-    "check_fresh": ("--check",),  # against env.fresh_inventory: a node never converged
-    "idempotence": (),
-    "check_diff": ("--check", "--diff"),
-    "bad_checksum": ("-l", "debian12", "--check", "-e", f"dask_hpc_image_checksum={BAD_CHECKSUM}"),
-    "wrong_type": ("-l", "debian12", "-e", "dask_hpc_nofile=lots"),
-    "wrong_choice": ("-l", "debian12", "-e", "dask_hpc_gpu=amd"),
-}
+pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
+CONVERGED = (*NO_VARS, "configured")
 
 
-@pytest.fixture(scope="module")
-def reruns(converged: Env) -> dict[str, PlaybookRun]:
-    """The playbook runs after the first converge, started concurrently."""
-    with ThreadPoolExecutor(len(RERUNS)) as pool:
-        futures = {
-            name: pool.submit(
-                run_playbook,
-                converged.workdir,
-                converged.fresh_inventory if name == "check_fresh" else converged.inventory,
-                *args,
-            )
-            for name, args in RERUNS.items()
-        }
-        runs = {name: f.result() for name, f in futures.items()}
-    for name, run in runs.items():
-        TIMINGS[f"{name} (concurrent)"] = run.seconds
-    return runs
+def failure_messages(run: PlaybookRun) -> list[str]:
+    """The msg of every failed task (fatal: [...]: FAILED! => {json})."""
+    messages = []
+    for line in run.output.splitlines():
+        if line.startswith("fatal: ") and "FAILED! => " in line:
+            messages.append(json.loads(line.split("FAILED! => ", 1)[1])["msg"])
+    return messages
 
 
-def test_converge_changes_both_targets(converged: Env) -> None:
-    """The first converge succeeds on both targets and changes them."""
-    run = converged.converge
-    assert run is not None
-    recap = run.recap()
-    assert set(recap) == set(converged.targets), run.describe()
-    for host, counts in recap.items():
-        assert counts["failed"] == 0 and counts["unreachable"] == 0, host
-        assert counts["changed"] > 10, (host, counts)
-
-
-def test_second_converge_changes_nothing(converged: Env, reruns: dict[str, PlaybookRun]) -> None:
-    """Idempotence: a second converge reports changed=0 everywhere."""
-    run = reruns["idempotence"]
+@pytest.mark.parametrize("name", CONVERGED)
+def test_first_converge(first_runs: dict[str, PlaybookRun], name: str) -> None:
+    """With no variables (or the configured node's), the first converge succeeds and changes."""
+    run = first_runs[f"converge_{name}"]
     assert run.returncode == 0, run.describe()
-    recap = run.recap()
-    assert set(recap) == set(converged.targets), run.describe()
-    assert {h: c["changed"] for h, c in recap.items()} == dict.fromkeys(recap, 0), run.describe()
+    counts = run.recap()[name]
+    assert counts["failed"] == 0 and counts["unreachable"] == 0, run.describe()
+    assert counts["changed"] >= 15, (counts, run.changed_tasks())
 
 
-def test_check_diff_on_converged_targets_reports_no_change(
-    converged: Env, reruns: dict[str, PlaybookRun]
-) -> None:
-    """--check --diff against converged targets: no change and no diff."""
-    run = reruns["check_diff"]
+def test_lists_refreshed_though_fresh(first_runs: dict[str, PlaybookRun]) -> None:
+    """ubuntu2204's lists were emptied and stamped younger than a day: the role refreshed them
+    because packages it needs were missing, and installed them."""
+    run = first_runs["converge_ubuntu2204"]
+    changed = run.changed_tasks()
+    assert "dask_hpc : Install the missing packages" in changed, run.describe()
+    refresh = run.output.split("TASK [dask_hpc : Refresh apt's package lists", 1)[1]
+    assert refresh.split("\n", 2)[1].startswith(("ok: [ubuntu2204]", "changed: [ubuntu2204]"))
+
+
+@pytest.mark.parametrize("name", CONVERGED)
+def test_second_converge_changes_nothing(reruns: dict[str, PlaybookRun], name: str) -> None:
+    """Idempotence: a second converge reports changed=0."""
+    run = reruns[f"again_{name}"]
     assert run.returncode == 0, run.describe()
-    recap = run.recap()
-    assert set(recap) == set(converged.targets), run.describe()
-    assert all(c["changed"] == 0 for c in recap.values()), run.describe()
+    assert run.recap()[name]["changed"] == 0, (run.changed_tasks(), run.describe())
+
+
+@pytest.mark.parametrize("name", CHECKED)
+def test_check_diff_on_converged_node(reruns: dict[str, PlaybookRun], name: str) -> None:
+    """--check --diff on a converged node (the configured one with a package URL): no change, no
+    diff."""
+    run = reruns[f"check_{name}"]
+    assert run.returncode == 0, run.describe()
+    assert run.recap()[name]["changed"] == 0, (run.changed_tasks(), run.describe())
     assert "--- before" not in run.output, run.describe()
 
 
-@pytest.mark.parametrize(
-    ("name", "message"),
-    [
-        ("wrong_type", "argument 'dask_hpc_nofile' is of type str"),
-        ("wrong_choice", "value of dask_hpc_gpu must be one of: auto, nvidia, none, got: amd"),
-    ],
-)
-def test_wrong_variable_fails_with_argument_spec_message(
-    reruns: dict[str, PlaybookRun], name: str, message: str
-) -> None:
-    """A variable of the wrong type or value stops the play at argument validation."""
-    run = reruns[name]
-    assert run.returncode != 0, run.describe()
-    assert "Validating arguments against arg spec 'main'" in run.output, run.describe()
-    assert "Validation of arguments failed" in run.output, run.describe()
-    assert message in run.output, run.describe()
-    assert run.recap()["debian12"] == {"ok": 1, "changed": 0, "unreachable": 0, "failed": 1}
-
-
-def test_wrong_image_checksum_fails_before_copying(reruns: dict[str, PlaybookRun]) -> None:
-    """An image whose checksum differs from dask_hpc_image_checksum is refused."""
-    run = reruns["bad_checksum"]
-    assert run.returncode != 0, run.describe()
-    assert f"not dask_hpc_image_checksum {BAD_CHECKSUM}" in run.output, run.describe()
-    assert "TASK [dask_hpc : Copy the image into the shared directory]" not in run.output
-
-
-def test_check_mode_on_a_fresh_node_changes_nothing(
-    converged: Env, reruns: dict[str, PlaybookRun]
-) -> None:
-    """--check on a node never converged reports what it would change, and changes nothing."""
-    run = reruns["check_fresh"]
+@pytest.mark.parametrize("name", ["check_fresh", "check_fresh_package"])
+def test_check_on_a_fresh_node(first_runs: dict[str, PlaybookRun], name: str) -> None:
+    """--check --diff on a node never converged, without and with a package URL: it succeeds and
+    reports what it would change (the package run also gives booleans and integers as strings)."""
+    run = first_runs[name]
     assert run.returncode == 0, run.describe()
-    assert run.recap()["debian12-fresh"]["changed"] > 10, run.describe()
-    root = converged.fresh.root
-    for path in ("shared", "opt/dask-hpc", "usr/share/deepops", "etc/sysctl.d/90-dask-hpc.conf"):
-        assert not (root / path).exists(), path
+    changed = run.changed_tasks()
+    assert run.recap()["fresh"]["changed"] >= 10, (changed, run.describe())
+    assert "--- before" in run.output  # --diff shows the files it would write
+    if name == "check_fresh_package":
+        assert "dask_hpc : Copy the Apptainer package from the controller" in changed
+        # -e dask_hpc_wrapper=false: no link on PATH; -e dask_hpc_lmod=no: no module;
+        # -e dask_hpc_nofile=900000 compared as a number with the hard limit 1048576 (as
+        # strings, "900000" > "1048576" would be refused).
+        link = run.output.split("Put start-cluster on every user's PATH]", 1)[1]
+        assert link.split("\n", 2)[1].startswith("skipping: [fresh]"), run.describe()
+        assert "dask_hpc : Install the Lmod module (module load dask-hpc)" not in changed
+
+
+def test_fresh_node_unchanged(env: Env, first_runs: dict[str, PlaybookRun]) -> None:
+    """After every --check and refused run against it, the fresh node has nothing of the role."""
+    assert first_runs  # all of them have run
+    root = env.targets["fresh"].root
+    assert [p for p in ROLE_PATHS if (root / p).exists()] == []
+    assert "dask-hpc" not in (root / "etc/group").read_text()
+
+
+# Ansible's own argument_specs messages come as "Validation of arguments failed:" and one line
+# per problem; the role's own checks are one line each.
+REFUSED = {
+    "wrong_type": "argument 'dask_hpc_nofile' is of type str and we were unable to convert to int",
+    "wrong_choice": "value of dask_hpc_gpu must be one of: auto, nvidia, none, got: amd",
+    "numeric_mode": (
+        'dask_hpc_shared_dir_mode must be a quoted string of octal digits such as "3770": YAML '
+        "read 3770 as a number, which Ansible would apply as mode 7272."
+    ),
+    "open_mode": 'dask_hpc_shared_dir_mode "3777" would make the directory writable by everyone',
+    "string_for_list": (
+        'dask_hpc_python_extras must be a list, e.g. -e \'{"dask_hpc_python_extras": ["cuda"]}\', '
+        'not the string "cuda".'
+    ),
+    "list_for_string": (
+        'dask_hpc_group must be a string (quote it in YAML), not the list ["dask-hpc"]'
+    ),
+    "image_without_source": "dask_hpc_provider=image needs the site image: set dask_hpc_image_src",
+    "apptainer_on_debian": (
+        "Debian 12 has no apptainer package: set dask_hpc_apptainer_package_url to an Apptainer "
+        "release .deb (fetched once on the controller, copied to the nodes)"
+    ),
+    "unknown_user": "dask_hpc_users nosuchuser: no such user on fresh (getent passwd)",
+    "unknown_site": 'dask_hpc_site "deepop" is not a dask-hpc site profile: use one of',
+    "bad_image_checksum": f"not dask_hpc_image_checksum sha256:{'0' * 64}: fix the checksum",
+    "two_nodes_local_fs": "dask_hpc_shared_dir /shared/dask-hpc is on a local file system (",
+    "two_nodes_check_off": (
+        "dask_hpc_provider=image runs apptainer, which node-a does not have, and "
+        "dask_hpc_apptainer=false: let the role install it"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_bad_settings_refused_in_one_line(first_runs: dict[str, PlaybookRun], name: str) -> None:
+    """A bad setting stops the play with one line naming the problem and the fix, before any
+    change."""
+    run = first_runs[name]
+    assert run.returncode != 0, run.describe()
+    assert all(c["changed"] == 0 for c in run.recap().values()), run.describe()
+    assert "changed: " not in run.output, run.describe()
+    lines = []
+    for message in failure_messages(run):
+        header = "Validation of arguments failed:\n"
+        lines += (
+            message.removeprefix(header).split("\n") if message.startswith(header) else [message]
+        )
+    expected = REFUSED[name]
+    assert [line for line in lines if expected in line], (expected, lines, run.describe())
+    if name == "two_nodes_local_fs":
+        assert any(
+            "but the cluster has 2 nodes" in line and "dask_hpc_shared_dir_check=false" in line
+            for line in lines
+        ), lines
+
+
+def test_two_nodes_check_off_skips_the_file_system_check(
+    first_runs: dict[str, PlaybookRun],
+) -> None:
+    """dask_hpc_shared_dir_check=false (a directory shared by other means): the file system is
+    not looked at, validation goes on to its later checks."""
+    run = first_runs["two_nodes_check_off"]
+    task = run.output.split("TASK [dask_hpc : Find the file system of the shared directory]", 1)[1]
+    assert task.split("\n", 2)[1].startswith("skipping: [node-"), run.describe()
+    assert set(run.recap()) == {"node-a", "node-b"}
+
+
+def test_no_conditional_on_a_string(first_runs: dict[str, PlaybookRun]) -> None:
+    """Booleans given as strings never reach a conditional (ansible-core would refuse or, worse,
+    treat "false" as true)."""
+    for run in first_runs.values():
+        assert not re.search(r"Conditional result .* was of type 'str'", run.output), run.describe()

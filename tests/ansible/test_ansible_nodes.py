@@ -1,22 +1,45 @@
-"""pytest-testinfra (chroot backend) checks of the converged Debian 12 and Ubuntu 22.04 targets."""
+"""The converged nodes: files, owners and modes (pytest-testinfra, chroot backend), and real
+start-cluster jobs run inside them as a user would, DeepOps' scripts with the seed's command
+lines on two emulated nodes."""
 
 from __future__ import annotations
 
 import json
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import testinfra
-from ansible_support import Env, live_sysctls, sha256
+from ansible_support import (
+    NetNode,
+    connect_nodes,
+    live_sysctls,
+    node_argv,
+    run_on_node,
+    sha256,
+    wait_output,
+)
+from conftest import NO_VARS, Env
 
-pytestmark = [pytest.mark.ansible, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
 
-PACKAGES = ["squashfs-tools", "uidmap", "fuse3", "procps", "python3-venv"]
+CONVERGED = (*NO_VARS, "configured")
 DEEPOPS = ["launch-dask-cluster.sh", "launch-dask-scheduler.sh", "launch-dask-cuda-worker.sh"]
+RUNTIME = ["squashfs-tools", "uidmap", "fuse3", "procps"]
+JOB = """\
+import json
+from distributed import Client
+
+client = Client()  # start-cluster tells COMMAND where the cluster is
+workers = client.scheduler_info()["workers"]
+total = client.submit(sum, range(101)).result()
+squares = client.gather(client.map(lambda x: x * x, range(10)))
+print(json.dumps({"workers": len(workers), "sum": total, "squares": sum(squares)}))
+"""
 
 
-@pytest.fixture(scope="module", params=["debian12", "ubuntu2204"])
+@pytest.fixture(scope="module", params=CONVERGED)
 def node(request: pytest.FixtureRequest, converged: Env) -> testinfra.host.Host:
     """A testinfra host on one converged root filesystem."""
     return testinfra.get_host(str(converged.targets[request.param].root), connection="chroot")
@@ -27,97 +50,129 @@ def name_of(node: testinfra.host.Host, env: Env) -> str:
     return next(n for n, t in env.targets.items() if str(t.root) == node.backend.name)
 
 
-@pytest.mark.parametrize("package", PACKAGES)
-def test_runtime_packages_installed(node: testinfra.host.Host, package: str) -> None:
-    """Apptainer's run-time needs and Python's venv are installed."""
-    assert node.package(package).is_installed
+def test_packages(node: testinfra.host.Host, converged: Env) -> None:
+    """Python's venv everywhere; Apptainer and its run-time needs only where asked for."""
+    assert node.package("python3-venv").is_installed
+    configured = name_of(node, converged) == "configured"
+    for package in RUNTIME[:3]:
+        assert node.package(package).is_installed is configured, package
+    apptainer = node.package("apptainer")
+    assert apptainer.is_installed is configured
+    if configured:  # the stand-in release package, fetched by the controller, copied here
+        assert apptainer.version == "0.0.0~dask.hpc.test"
+        copy = node.file("/opt/dask-hpc/packages/apptainer_0.0.0_all.deb")
+        assert copy.sha256sum == sha256(converged.package)
 
 
-def test_shared_directory(node: testinfra.host.Host) -> None:
-    """Group-owned, setgid (and sticky), not world-accessible; images written by root only."""
-    assert node.group("dask-hpc").exists
+def test_shared_directory(node: testinfra.host.Host, converged: Env) -> None:
+    """Group-owned, setgid and sticky, not world-accessible; images written by root only."""
+    group = node.group("dask-hpc")
+    assert group.exists
+    if name_of(node, converged) == "configured":
+        assert group.gid == 2500
     parent = node.file("/shared")
     assert parent.is_directory and parent.user == "root" and parent.mode == 0o755
     shared = node.file("/shared/dask-hpc")
-    assert shared.is_directory
     assert (shared.user, shared.group, shared.mode) == ("root", "dask-hpc", 0o3770)
-    assert shared.mode & 0o2000 and not shared.mode & 0o007
     images = node.file("/shared/dask-hpc/images")
     assert (images.user, images.group, images.mode) == ("root", "dask-hpc", 0o2750)
 
 
-def test_site_image_installed_with_its_checksum(node: testinfra.host.Host, converged: Env) -> None:
-    """The image (copied on Debian, downloaded on Ubuntu) is there, intact, group-readable only."""
-    image = node.file("/shared/dask-hpc/images/dask-hpc.sif")
-    assert image.is_file
-    assert (image.user, image.group, image.mode) == ("root", "dask-hpc", 0o640)
-    assert image.sha256sum == sha256(converged.image)
+def test_users_joined_the_group(node: testinfra.host.Host, converged: Env) -> None:
+    """dask_hpc_users joined the group where it was set, nowhere else."""
+    alice = node.user("alice")
+    assert alice.exists  # every test node has the account
+    assert ("dask-hpc" in alice.groups) is (name_of(node, converged) == "configured")
 
 
-def test_limits_files(node: testinfra.host.Host) -> None:
-    """Open files in limits.d; somaxconn and the extra setting in sysctl.d; user namespaces."""
+def test_dask_config_names_site_and_directory(node: testinfra.host.Host) -> None:
+    """/etc/dask/dask-hpc.yaml: the DeepOps site profile and the shared scheduler directory."""
+    config = node.file("/etc/dask/dask-hpc.yaml")
+    assert (config.user, config.mode) == ("root", 0o644)
+    text = config.content_string
+    assert re.search(r'^  site: "deepops"$', text, re.M), text
+    assert re.search(r'^  scheduler-directory: "/shared/dask-hpc"$', text, re.M), text
+
+
+def test_limits_and_sysctl_files(node: testinfra.host.Host, converged: Env) -> None:
+    """Open files in limits.d, somaxconn in sysctl.d; user namespaces only with Apptainer."""
     limits = node.file("/etc/security/limits.d/90-dask-hpc.conf")
     assert (limits.user, limits.mode) == ("root", 0o644)
     assert re.search(r"^\*\s+soft\s+nofile\s+65536$", limits.content_string, re.M)
     assert re.search(r"^\*\s+hard\s+nofile\s+1048576$", limits.content_string, re.M)
-    sysctl = node.file("/etc/sysctl.d/90-dask-hpc.conf")
-    assert (sysctl.user, sysctl.mode) == ("root", 0o644)
-    assert re.search(r"^net\.core\.somaxconn = 4096$", sysctl.content_string, re.M)
-    assert re.search(r"^net\.ipv4\.tcp_max_syn_backlog = 8192$", sysctl.content_string, re.M)
-    userns = node.file("/etc/sysctl.d/90-dask-hpc-userns.conf").content_string
-    assert re.search(r"^user\.max_user_namespaces = 15000$", userns, re.M)
-    assert re.search(r"^kernel\.unprivileged_userns_clone = 1$", userns, re.M)
+    sysctl = node.file("/etc/sysctl.d/90-dask-hpc.conf").content_string
+    assert re.search(r"^net\.core\.somaxconn = 4096$", sysctl, re.M)
+    userns = node.file("/etc/sysctl.d/90-dask-hpc-userns.conf")
+    if name_of(node, converged) == "configured":
+        assert re.search(r"^net\.ipv4\.tcp_max_syn_backlog = 8192$", sysctl, re.M)
+        assert re.search(r"^user\.max_user_namespaces = 15000$", userns.content_string, re.M)
+        assert re.search(r"^kernel\.unprivileged_userns_clone = 1$", userns.content_string, re.M)
+    else:
+        assert not userns.exists
 
 
 def test_sysctls_not_applied_to_the_host_kernel(converged: Env) -> None:
     """The targets are chroots: the live values of this machine are untouched."""
     assert live_sysctls() == converged.live_sysctl_before
-    run = converged.converge
-    assert run is not None
-    handler = run.output.split("RUNNING HANDLER [dask_hpc : Apply sysctl settings]", 1)[1]
-    assert "changed:" not in handler.split("PLAY RECAP", 1)[0], run.describe()
 
 
-def run_like_a_user(root: str, command: str) -> subprocess.CompletedProcess[str]:
-    """Run command in the target as a login shell would, with the /proc a real node has (in a
-    private mount and PID namespace, so nothing stays mounted)."""
-    return subprocess.run(
-        ["unshare", "--mount", "--pid", "--fork", f"--mount-proc={root}/proc", "chroot", root]
-        + ["env", "-i", "HOME=/root", "PATH=/usr/local/bin:/usr/bin:/bin", "sh", "-c", command],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def test_wrapper_runs_start_cluster_help(node: testinfra.host.Host) -> None:
-    """Users run `start-cluster` from a plain PATH; --help comes from the real CLI."""
+def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
+    """The wrapper on PATH runs the venv's start-cluster; its GPU line matches the node."""
     wrapper = node.file("/opt/dask-hpc/bin/start-cluster")
     assert (wrapper.user, wrapper.mode) == ("root", 0o755)
     link = node.file("/usr/local/bin/start-cluster")
     assert link.is_symlink and link.linked_to == "/opt/dask-hpc/bin/start-cluster"
-    assert node.file("/opt/dask-hpc/venv/bin/start-cluster").mode == 0o755
-    result = run_like_a_user(node.backend.name, "start-cluster --help")
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("usage: start-cluster {cpu,gpu}"), result.stdout
-    venv = run_like_a_user(node.backend.name, "/opt/dask-hpc/venv/bin/python -m dask_hpc --help")
-    assert venv.returncode == 0 and venv.stdout == result.stdout, venv.stderr
-
-
-def test_wrapper_matches_gpu_detection(node: testinfra.host.Host, converged: Env) -> None:
-    """The forced GPU node says so; the Debian node found no GPU in its (empty) /sys."""
-    text = node.file("/opt/dask-hpc/bin/start-cluster").content_string
-    gpu = name_of(node, converged) == "ubuntu2204"
-    assert ("an NVIDIA GPU node" in text) is gpu
-    assert ("a node without GPUs" in text) is not gpu
+    gpu = name_of(node, converged) == "configured"
+    assert ("an NVIDIA GPU node" in wrapper.content_string) is gpu
     fact = node.run("/etc/ansible/facts.d/dask_hpc.fact")
     assert fact.rc == 0 and json.loads(fact.stdout) == {"nvidia_gpus": 0, "amd_gpus": 0}
+    result = run_on_node(Path(node.backend.name), "start-cluster --help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: start-cluster {cpu,gpu}"), result.stdout
+
+
+@pytest.mark.parametrize("name", CONVERGED)
+def test_start_cluster_runs_a_real_job(converged: Env, name: str) -> None:
+    """`start-cluster cpu 2 -- python3 job.py` with no flags: the site profile and the shared
+    scheduler directory come from /etc/dask; the job runs on 2 workers. As root on the nodes
+    converged without variables, as alice (in dask_hpc_users) on the configured one."""
+    root = converged.targets[name].root
+    user = "alice" if name == "configured" else "root"
+    home = root / ("home/alice" if user == "alice" else "root")
+    (home / "job.py").write_text(JOB)
+    dry = run_on_node(root, "start-cluster cpu 2 --dry-run", user=user)
+    assert dry.returncode == 0, dry.stderr
+    plan = json.loads(dry.stdout)
+    assert plan["site"] == "deepops"
+    assert plan["scheduler_file"].startswith("/shared/dask-hpc/dask-hpc-"), plan
+    result = run_on_node(
+        root, "cd && start-cluster cpu 2 -- python3 job.py", user=user, timeout=240
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {
+        "workers": 2,
+        "sum": 5050,
+        "squares": 285,
+    }, output
+    assert "scheduler file  /shared/dask-hpc/dask-hpc-" in output, output
+    assert list((root / "shared/dask-hpc").glob("dask-hpc-*")) == []  # cleaned up
+
+
+def test_user_outside_the_group_is_told(converged: Env) -> None:
+    """On a node converged without dask_hpc_users, alice cannot write scheduler files: one line
+    from start-cluster says so, nothing starts."""
+    root = converged.targets["debian12"].root
+    result = run_on_node(root, "start-cluster cpu 1 -- true", user="alice")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("start-cluster: error: scheduler directory")
+    assert "/shared/dask-hpc" in lines[0]
 
 
 @pytest.mark.parametrize("script", DEEPOPS)
-def test_deepops_launch_scripts(node: testinfra.host.Host, script: str) -> None:
-    """The DeepOps scripts: root-owned, executable, valid sh, calling the wrapper."""
+def test_deepops_scripts_installed(node: testinfra.host.Host, script: str) -> None:
+    """Root-owned, executable, valid sh, calling the wrapper."""
     directory = node.file("/usr/share/deepops")
     assert directory.mode == 0o755 and directory.user == "root"
     f = node.file(f"/usr/share/deepops/{script}")
@@ -126,28 +181,132 @@ def test_deepops_launch_scripts(node: testinfra.host.Host, script: str) -> None:
     assert node.run(f"sh -n /usr/share/deepops/{script}").rc == 0
 
 
-def test_deepops_worker_script_usage(node: testinfra.host.Host) -> None:
-    """launch-dask-cuda-worker.sh without its arguments explains itself."""
-    result = node.run("/usr/share/deepops/launch-dask-cuda-worker.sh")
-    assert result.rc == 2 and "usage:" in result.stderr
-
-
-def test_deepops_worker_script_reaches_start_cluster(node: testinfra.host.Host) -> None:
-    """The worker script hands its scheduler file to start-cluster's --join, which checks it."""
-    missing = "/shared/dask-hpc/no-such-cluster.json"
-    result = run_like_a_user(
-        node.backend.name, f"/usr/share/deepops/launch-dask-cuda-worker.sh {missing} 1"
-    )
-    assert result.returncode != 0
-    assert result.stderr.startswith("start-cluster: error:"), result.stderr
-    assert missing in result.stderr, result.stderr
-
-
 def test_lmod_module_on_the_node_that_asked(node: testinfra.host.Host, converged: Env) -> None:
-    """Ubuntu asked for an Lmod module: it puts the wrapper's directory on PATH."""
+    """The configured node asked for an Lmod module: it puts the wrapper's directory on PATH."""
     module = node.file("/usr/share/modulefiles/dask-hpc/0.1.0.lua")
-    if name_of(node, converged) == "ubuntu2204":
+    if name_of(node, converged) == "configured":
         assert module.mode == 0o644
         assert 'prepend_path("PATH", "/opt/dask-hpc/bin")' in module.content_string
     else:
         assert not module.exists
+
+
+# --- DeepOps' scripts, called as DeepOps' example calls them ------------------------------------
+SCRIPTS = "/usr/share/deepops"
+
+
+@pytest.mark.parametrize(
+    ("command", "variables", "expected"),
+    [
+        (
+            "launch-dask-cuda-worker.sh",
+            {},
+            "usage: launch-dask-cuda-worker.sh SCHEDULER_FILE [WORKERS]",
+        ),
+        (
+            "launch-dask-scheduler.sh",
+            {},
+            "launch-dask-scheduler.sh: no NVIDIA GPU on this node",
+        ),
+        (
+            "launch-dask-cuda-worker.sh 10.0.0.11 8786",
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            "launch-dask-cuda-worker.sh: none of your clusters in /shared/dask-hpc listens on "
+            "10.0.0.11:8786: start one with launch-dask-scheduler.sh, or join by its scheduler "
+            "file: launch-dask-cuda-worker.sh SCHEDULER_FILE [WORKERS]",
+        ),
+        (
+            "launch-dask-cuda-worker.sh /shared/dask-hpc/no-such-cluster.json 1",
+            {},
+            "start-cluster: error: --join /shared/dask-hpc/no-such-cluster.json: no such "
+            "scheduler file",
+        ),
+        (
+            "launch-dask-scheduler.sh two",
+            {"CUDA_VISIBLE_DEVICES": "0"},
+            "launch-dask-scheduler.sh: WORKERS must be a positive number, not 'two'",
+        ),
+    ],
+)
+def test_deepops_scripts_refuse_in_one_line(
+    converged: Env, command: str, variables: dict[str, str], expected: str
+) -> None:
+    """Without a GPU, a cluster or a valid argument, one line says what to do; nothing starts."""
+    root = converged.targets["configured"].root
+    result = run_on_node(root, f"{SCRIPTS}/{command}", user="alice", env=variables)
+    assert result.returncode == 2 or result.stderr.startswith("start-cluster: error:")
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(expected), result.stderr
+
+
+def test_deepops_seed_command_lines_on_two_nodes(converged: Env) -> None:
+    """DeepOps' example, verbatim, on two emulated nodes (their own network namespaces and host
+    names, joined by a veth pair, sharing the node's file system as NFS would), one GPU each
+    (CUDA_VISIBLE_DEVICES=0; no GPU is touched: plain Dask workers, as without dask-cuda):
+
+        ssh virtual-gpu01 /usr/share/deepops/launch-dask-scheduler.sh &
+        ssh virtual-gpu01 /usr/share/deepops/launch-dask-cuda-worker.sh 10.0.0.11 8786 &
+        ssh virtual-gpu02 /usr/share/deepops/launch-dask-cuda-worker.sh 10.0.0.11 8786 &
+
+    The scheduler and one worker start on gpu01, the worker call there starts nothing more, the
+    one on gpu02 joins: two workers, one per node. A client shuts the cluster down; everything
+    exits."""
+    root = converged.targets["configured"].root
+    gpu01, gpu02 = NetNode("virtual-gpu01"), NetNode("virtual-gpu02")
+    procs: list[subprocess.Popen[str]] = []
+    lines: list[str] = []
+    try:
+        connect_nodes(gpu01, "10.0.0.11", gpu02, "10.0.0.12")
+        one_gpu = {"CUDA_VISIBLE_DEVICES": "0", "DASK_HPC__TIMEOUT": "120"}
+
+        def start(node: NetNode, command: str) -> subprocess.Popen[str]:
+            argv = node_argv(root, command, "alice", one_gpu, netns_pid=node.pid)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            procs.append(proc)
+            return proc
+
+        scheduler = start(gpu01, f"{SCRIPTS}/launch-dask-scheduler.sh")
+        ready = wait_output(scheduler, r"scheduler file\s+(\S+)", 180, lines)
+        scheduler_file = ready.group(1)
+        assert any("tls://10.0.0.11:8786" in line for line in lines), lines
+
+        same_node = run_on_node(
+            root, f"{SCRIPTS}/launch-dask-cuda-worker.sh 10.0.0.11 8786", "alice", one_gpu,
+            netns_pid=gpu01.pid,
+        )  # fmt: skip
+        assert same_node.returncode == 0, same_node.stderr
+        assert "runs on this node (virtual-gpu01), with its workers: nothing to start here" in (
+            same_node.stdout
+        )
+
+        worker = start(gpu02, f"{SCRIPTS}/launch-dask-cuda-worker.sh 10.0.0.11 8786")
+        client = f"""
+from dask_hpc import connect
+client = connect({scheduler_file!r})
+client.wait_for_workers(2, timeout=120)
+hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
+print(hosts, client.submit(sum, [1, 2, 3]).result())
+client.shutdown()
+"""
+        (root / "home/alice/seed_client.py").write_text(client)
+        result = run_on_node(
+            root, "cd && /opt/dask-hpc/venv/bin/python seed_client.py", "alice",
+            netns_pid=gpu02.pid, timeout=240,
+        )  # fmt: skip
+        assert result.returncode == 0, (result.stdout, result.stderr, lines)
+        assert result.stdout.strip() == "['10.0.0.11', '10.0.0.12'] 6", result.stdout
+        for proc in (scheduler, worker):
+            proc.wait(timeout=120)
+        worker_output = worker.stdout.read() if worker.stdout else ""
+        assert "1 GPU worker(s) joining /shared/dask-hpc/dask-hpc-" in worker_output, worker_output
+        assert scheduler.returncode == 0, lines
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()  # unshare --kill-child takes the node's processes with it
+                proc.wait(timeout=30)
+        gpu01.close()
+        gpu02.close()

@@ -47,7 +47,8 @@ def tmp(request: pytest.FixtureRequest) -> Path:
 
 
 def test_gpu_node_wrapper_execs_apptainer_with_nv(tmp: Path) -> None:
-    """On an NVIDIA node: apptainer exec --nv, extra flags quoted, the site image, "$@"."""
+    """On an NVIDIA node: apptainer exec --nv, the shared directory and /etc/dask bound, the
+    extra flags quoted, the site image, "$@"."""
     prefix = render(
         tmp,
         _dask_hpc_gpu_vendor="nvidia",
@@ -59,7 +60,8 @@ def test_gpu_node_wrapper_execs_apptainer_with_nv(tmp: Path) -> None:
     assert lines[0] == "#!/bin/sh"
     assert 'image="${DASK_HPC_IMAGE:-/shared/dask-hpc/images/dask-hpc.sif}"' in lines
     assert lines[-1] == (
-        'exec apptainer exec --nv --bind \'/scratch dir\' "$image" start-cluster "$@"'
+        "exec apptainer exec --nv --bind /shared/dask-hpc --bind /etc/dask:/etc/dask:ro "
+        '--bind \'/scratch dir\' "$image" start-cluster "$@"'
     )
     assert subprocess.run(["sh", "-n", str(wrapper)], check=False).returncode == 0
     module = (tmp / "modulefiles/dask-hpc/0.1.0.lua").read_text()
@@ -68,11 +70,15 @@ def test_gpu_node_wrapper_execs_apptainer_with_nv(tmp: Path) -> None:
 
 
 def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
-    """Without GPUs no --nv; an unreadable image is reported before apptainer runs."""
+    """Without GPUs no --nv (the binds stay); an unreadable image is reported before apptainer
+    runs."""
     prefix = render(tmp, _dask_hpc_gpu_vendor="none")
     wrapper = prefix / "bin/start-cluster"
     lines = wrapper.read_text().splitlines()
-    assert lines[-1] == 'exec apptainer exec "$image" start-cluster "$@"'
+    assert lines[-1] == (
+        'exec apptainer exec --bind /shared/dask-hpc --bind /etc/dask:/etc/dask:ro "$image" '
+        'start-cluster "$@"'
+    )
     missing = tmp / "no-such.sif"
     result = subprocess.run(
         ["sh", str(wrapper), "--help"],

@@ -4,10 +4,10 @@
 #   - ansible-core, ansible-lint, pytest-testinfra (pip);
 #   - the community.general collection (its chroot connection plugin), extracted from the
 #     `ansible` wheel on PyPI into $CACHE/collections (Galaxy is not reachable; nothing committed);
-#   - debootstrap'd Debian 12 and Ubuntu 22.04 root filesystems, cached as tarballs in
-#     $CACHE/rootfs; each test session unpacks fresh copies (~1 s each);
-#   - dependency wheels for each target's Python, in $CACHE/wheels/cpXY (the role installs the
-#     dask-hpc wheel offline from them).
+#   - debootstrap'd Debian 12, Ubuntu 22.04 and Ubuntu 24.04 root filesystems, cached as tarballs
+#     in $CACHE/rootfs; each test session unpacks fresh copies (~1 s each);
+#   - dependency wheels for Debian 12's Python, in $CACHE/wheels/cp311 (the wheelhouse of the
+#     tests' configured node; the other nodes install dependencies from the package index).
 # Mirrors are never written down here: Debian's comes from this machine's apt sources, Ubuntu's
 # from debootstrap's own script for the suite; Ubuntu's keyring is fetched from that archive and
 # accepted only if it signs the suite's Release file with the published archive key.
@@ -85,10 +85,10 @@ host_debian_mirror() {
 }
 
 debootstrap_default_mirror() {
-  # The mirror debootstrap itself uses for SUITE on this architecture (from its suite script).
+  # The mirror debootstrap itself uses for the Ubuntu SUITE on this architecture (from its script).
   local suite=$1 arch script
   arch="$(dpkg --print-architecture)"
-  script="$(readlink -f "/usr/share/debootstrap/scripts/$suite")"
+  script="$(ubuntu_script "$suite")"
   # shellcheck disable=SC2016
   ARCH="$arch" bash -c '
     default_mirror() { echo "$1"; exit 0; }
@@ -123,16 +123,24 @@ ubuntu_keyring() {
   rm -rf "$tmp"
 }
 
+ubuntu_script() {
+  # debootstrap's script for an Ubuntu SUITE; releases newer than this debootstrap (noble on
+  # Debian 12's 1.0.128) use the script every Ubuntu release since gutsy links to.
+  local suite=$1 dir=/usr/share/debootstrap/scripts
+  if [ -e "$dir/$suite" ]; then readlink -f "$dir/$suite"; else readlink -f "$dir/gutsy"; fi
+}
+
 make_rootfs() {
-  # make_rootfs NAME SUITE MIRROR [debootstrap options...]: cache $CACHE/rootfs/NAME.tar.
-  local name=$1 suite=$2 mirror=$3; shift 3
+  # make_rootfs NAME SUITE MIRROR SCRIPT [debootstrap options...]: cache $CACHE/rootfs/NAME.tar;
+  # SCRIPT: debootstrap's suite script to use ("" for its own choice).
+  local name=$1 suite=$2 mirror=$3 script=$4; shift 4
   local tar="$CACHE/rootfs/$name.tar" dir="$CACHE/rootfs/$name.build" t0=$SECONDS
   [ -f "$tar" ] && return 0
   mkdir -p "$CACHE/rootfs"
   rm -rf --one-file-system "$dir"
   log "debootstrap $name ($suite)"
   if ! debootstrap --variant=minbase --include=python3,python3-apt "$@" \
-      "$suite" "$dir" "$mirror" >"$CACHE/rootfs/$name.log" 2>&1; then
+      "$suite" "$dir" "$mirror" ${script:+"$script"} >"$CACHE/rootfs/$name.log" 2>&1; then
     tail -n 20 "$CACHE/rootfs/$name.log" >&2
     return 1
   fi
@@ -148,13 +156,20 @@ make_rootfs() {
 debian_mirror="$(host_debian_mirror)"
 ubuntu_mirror="$(debootstrap_default_mirror jammy)"
 pids=()
-make_rootfs debian12 bookworm "$debian_mirror" & pids+=($!)
+make_rootfs debian12 bookworm "$debian_mirror" "" & pids+=($!)
 (
   [ -f "$CACHE/rootfs/ubuntu2204.tar" ] && exit 0
   mkdir -p "$CACHE/rootfs"
   ubuntu_keyring jammy "$ubuntu_mirror" "$CACHE/rootfs/ubuntu-archive.gpg"
-  make_rootfs ubuntu2204 jammy "$ubuntu_mirror" --components=main,universe \
+  make_rootfs ubuntu2204 jammy "$ubuntu_mirror" "" --components=main,universe \
     --keyring="$CACHE/rootfs/ubuntu-archive.gpg"
+) & pids+=($!)
+(
+  [ -f "$CACHE/rootfs/ubuntu2404.tar" ] && exit 0
+  mkdir -p "$CACHE/rootfs"
+  ubuntu_keyring noble "$ubuntu_mirror" "$CACHE/rootfs/ubuntu-archive-noble.gpg"
+  make_rootfs ubuntu2404 noble "$ubuntu_mirror" "$(ubuntu_script noble)" \
+    --components=main,universe --keyring="$CACHE/rootfs/ubuntu-archive-noble.gpg"
 ) & pids+=($!)
 
 # --- dependency wheels for each target's Python ----------------------------------------------
@@ -183,7 +198,6 @@ wheels() {
   touch "$dest/.stamp-$stamp"
 }
 wheels 3.11 & pids+=($!)
-wheels 3.10 & pids+=($!)
 
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=1; done
