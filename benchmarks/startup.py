@@ -9,7 +9,11 @@ launcher exits. Prints one table with ratios to the hand-written floor.
 Methods:
   floor           hand-written: `dask scheduler` + N `dask worker --no-nanny` started at once,
                   a client polling until all N are connected (what the site scripts should do)
-  local           start-cluster cpu N (no launcher: forked workers), TLS on (the default)
+  nanny-spawn     `dask scheduler` + `dask worker --nworkers N` (N Nannies; Dask's default
+                  multiprocessing-method, spawn), the same polling client
+  nanny-forkserver  the same with multiprocessing-method forkserver
+  local           start-cluster cpu N (no launcher: N Nannies forked from a forkserver), TLS on
+  local-no-nanny  start-cluster cpu N --no-nanny (plain workers forked from the rank), TLS on
   mpiexec         mpiexec.openmpi -n N start-cluster cpu N (one worker per rank), TLS on
   srun            srun -n N start-cluster cpu N on a single-host Slurm (tests/harness), TLS on
   dask-mpi        mpiexec.openmpi -n N+2 python script using dask_mpi.initialize(), waiting for
@@ -77,11 +81,12 @@ def timed(
     return ready - start, end - ready
 
 
-def cluster_cmd(n: int, stamp: Path, tmp: Path) -> list[str]:
+def cluster_cmd(n: int, stamp: Path, tmp: Path, *extra: str) -> list[str]:
     return [
         "start-cluster",
         "cpu",
         str(n),
+        *extra,
         "--nthreads",
         "1",
         "--interface",
@@ -96,14 +101,20 @@ def cluster_cmd(n: int, stamp: Path, tmp: Path) -> list[str]:
     ]
 
 
-def floor_cmd(n: int, stamp: Path, tmp: Path) -> list[str]:
-    sched = tmp / f"floor-{time.monotonic_ns()}.json"
+def dask_cli_cmd(n: int, stamp: Path, tmp: Path, nanny: bool = False) -> list[str]:
+    """`dask scheduler` and N workers started at once, a client polling until all N connect.
+
+    ``nanny``: one `dask worker --nworkers N` (N Nannies); else N `dask worker --no-nanny`.
+    """
+    sched = tmp / f"cli-{time.monotonic_ns()}.json"
     dask = shutil.which("dask")
-    workers = " ".join(
-        f"{dask} worker --no-nanny --nthreads 1 --no-dashboard --scheduler-file {sched} "
-        f"--local-directory {tmp / 'local'} >/dev/null 2>&1 &"
-        for _ in range(n)
+    common = (
+        f"--nthreads 1 --no-dashboard --scheduler-file {sched} --local-directory {tmp / 'local'}"
     )
+    if nanny:
+        workers = f"{dask} worker --nworkers {n} {common} >/dev/null 2>&1 &"
+    else:
+        workers = " ".join(f"{dask} worker --no-nanny {common} >/dev/null 2>&1 &" for _ in range(n))
     script = (
         f"{dask} scheduler --port 0 --dashboard-address 127.0.0.1:0 --scheduler-file {sched} "
         f">/dev/null 2>&1 & {workers} {sys.executable} -c '{FLOOR_CLIENT}' {n} {sched} {stamp};"
@@ -117,7 +128,18 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument(
-        "--methods", nargs="+", default=["floor", "local", "mpiexec", "srun", "dask-mpi"]
+        "--methods",
+        nargs="+",
+        default=[
+            "floor",
+            "nanny-spawn",
+            "nanny-forkserver",
+            "local",
+            "local-no-nanny",
+            "mpiexec",
+            "srun",
+            "dask-mpi",
+        ],
     )
     opts = parser.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-bench-"))
@@ -133,8 +155,14 @@ def main() -> int:
         slurm.start()
     stamp = tmp / "stamp"
     commands: dict[str, Callable[[int], tuple[list[str], dict[str, str]]]] = {
-        "floor": lambda n: (floor_cmd(n, stamp, tmp), env),
+        "floor": lambda n: (dask_cli_cmd(n, stamp, tmp), env),
+        "nanny-spawn": lambda n: (dask_cli_cmd(n, stamp, tmp, nanny=True), env),
+        "nanny-forkserver": lambda n: (
+            dask_cli_cmd(n, stamp, tmp, nanny=True),
+            {**env, "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "forkserver"},
+        ),
         "local": lambda n: (cluster_cmd(n, stamp, tmp), env),
+        "local-no-nanny": lambda n: (cluster_cmd(n, stamp, tmp, "--no-nanny"), env),
         "mpiexec": lambda n: ([*openmpi(n), *cluster_cmd(n, stamp, tmp)], env),
         "srun": lambda n: (
             ["srun", "-n", str(n), "--kill-on-bad-exit=1", *cluster_cmd(n, stamp, tmp)],
@@ -187,7 +215,28 @@ def main() -> int:
             + " | ".join(cells)
             + f" | {scale:.2f}x | {results[method, last][1]:.2f} s |"
         )
+    print_budget(results, opts.workers)
     return 0
+
+
+def print_budget(results: dict[tuple[str, int], tuple[float, float]], sizes: list[int]) -> None:
+    """Issue 8's performance budget against what was measured (where both sides ran)."""
+    lines = []
+    most, one = max(sizes), min(sizes)
+    if ("local", most) in results and ("local-no-nanny", most) in results:
+        ratio = results["local", most][0] / results["local-no-nanny", most][0]
+        lines.append((f"local, {most} workers, vs the forked plain workers", ratio, 1.2, "x"))
+    if ("local", 16) in results:
+        lines.append(("shutdown of 16 local workers", results["local", 16][1], 1.0, " s"))
+    if ("local", one) in results and ("floor", one) in results:
+        ratio = results["local", one][0] / results["floor", one][0]
+        lines.append((f"local, {one} worker, vs the floor", ratio, 1.1, "x"))
+    if lines:
+        print("\n| budget | measured | goal | met |\n|---|---|---|---|")
+    for what, value, goal, unit in lines:
+        print(
+            f"| {what} | {value:.2f}{unit} | <= {goal}{unit} | {'yes' if value <= goal else 'NO'} |"
+        )
 
 
 if __name__ == "__main__":

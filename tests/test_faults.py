@@ -120,15 +120,15 @@ def test_worker_killed_with_sigkill_is_restarted_and_command_completes(
     assert result["killed"] in result["workers_before"]
     assert result["killed"] not in result["workers_after"]
     assert len(result["workers_after"]) == len(result["workers_before"]) == 2
-    assert "was killed by signal 9: restarted" in run.stderr
+    assert re.search(r"worker \d+ was killed by signal 9: restarting it", run.stderr), run.stderr
     all_gone()
     record(
         "worker SIGKILL",
         name,
         result["seconds_to_all_workers"],
         "kill -> all workers back",
-        f"task rescheduled (result after {result['seconds_to_result']} s), worker re-forked "
-        "by its rank, COMMAND exits 0",
+        f"task rescheduled (result after {result['seconds_to_result']} s), worker restarted "
+        "by its Nanny, COMMAND exits 0",
     )
 
 
@@ -337,19 +337,21 @@ def test_a_rank_that_never_starts_is_named_after_the_timeout(
     name: str, launch: Callable[[str], Launch], tmp_path: Path
 ) -> None:
     job = launch(name)
-    rank0 = [*start_cluster(), "cpu", str(job.wpn), *OPTS, "--timeout", "4"]
+    # 10 s: rank 0's own scheduler and worker must be up before it (a loaded 2-core machine
+    # needed more than 4 s), and the missing rank is named only after it.
+    rank0 = [*start_cluster(), "cpu", str(job.wpn), *OPTS, "--timeout", "10"]
     run = Background(job.mpmd([rank0, ["true"]], tmp_path), job.env, tmp_path)
     started = time.monotonic()
     code = run.wait(40)
     gone = all_gone()
     assert code != 0, run.output()
-    assert "only 1 of 2 workers connected within 4 s; no worker from rank(s) 1" in run.stderr
+    assert "only 1 of 2 workers connected within 10 s; no worker from rank(s) 1" in run.stderr
     record(
         "a rank never starts",
         name,
         gone - started,
         "launch -> every process gone",
-        f"rank 0 names the missing rank after --timeout 4, exit {code}",
+        f"rank 0 names the missing rank after --timeout 10, exit {code}",
     )
 
 

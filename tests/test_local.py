@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 from pathlib import Path
 
@@ -25,10 +27,18 @@ def test_script_mode_runs_command_once_every_worker_is_connected(
     assert out["env_address"] == out["address"]
     assert "workers 3/3 connected" in result.stderr
     assert "Dask cluster ready: 3 cpu workers on 1 node(s), TLS on" in result.stderr
-    dashboard = re.search(r"dashboard +http://localhost:(\d+)/status", result.stderr)
-    assert dashboard, result.stderr  # 8787, or a free port when another cluster holds it
-    port = dashboard.group(1)
-    assert f"ssh -t -L {port}:localhost:{port} " in result.stderr
+    # 8787, or a free port when another cluster holds it; the link carries the dashboard token.
+    dashboard = re.search(r"dashboard +(http://localhost:(\d+)/status\?token=[\w-]+)\n", result.stderr)
+    assert dashboard, result.stderr
+    assert out["dashboard_link"] == dashboard.group(1)
+    # No login path known (generic site): the tunnel goes to this node, no placeholder.
+    node, user = socket.gethostname(), getpass.getuser()
+    port = dashboard.group(2)
+    assert f"ssh -t -L {port}:localhost:{port} {user}@{node}\n" in result.stderr
+    assert "LOGIN_NODE" not in result.stderr
+    # Workers and their HTTP routes listen on the scheduler's interface, never 0.0.0.0.
+    assert all(a.startswith("tls://127.0.0.1:") for a in out["worker_addresses"])
+    assert out["worker_http"] == ["127.0.0.1"] * 3
     cpus = len(os.sched_getaffinity(0))
     assert {w["nthreads"] for w in out["workers"].values()} == {max(1, cpus // 3)}
     # The job-scoped directory is gone with the cluster.

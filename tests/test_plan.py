@@ -225,3 +225,12 @@ def test_job_scoped_scheduler_file_by_default(tmp_path: Path) -> None:
     with dask.config.set({"hpc.scheduler-directory": str(tmp_path / "shared")}):
         p = make_plan(args, env=env, node=NODE)
     assert p.scheduler_file == tmp_path / "shared" / "dask-hpc-1.pbs-ap" / "scheduler.json"
+
+
+def test_site_from_dask_config_wins_over_detection(tmp_path: Path) -> None:
+    """An admin's /etc/dask file (``hpc: {site: deepops}``) names the site; --site still wins."""
+    import dask.config
+
+    with dask.config.set({"hpc.site": "deepops"}):
+        assert plan("cpu 1", {"NERSC_HOST": "perlmutter"}, tmp_path).site.name == "deepops"
+        assert plan("cpu 1 --site generic", {}, tmp_path).site.name == "generic"

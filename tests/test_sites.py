@@ -79,7 +79,10 @@ def test_site_plans_one_worker_per_gpu(name: str, tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", SITES)
 def test_profile_facts_are_complete(name: str) -> None:
     site = load_site(name)
-    assert site.description and site.scheduler_directory and site.ssh_hops
+    assert site.description and site.scheduler_directory
+    # A real login path for real sites; none (the tunnel goes to the node) for the others.
+    assert bool(site.ssh_hops) == (name not in ("generic", "deepops"))
+    assert "LOGIN_NODE" not in site.ssh_hops
     assert site.gpu_tiles >= 1
     if site.gpu_vendor:
         assert site.gpu_vendor in ("nvidia", "intel", "amd")

@@ -10,13 +10,14 @@ from .plan import Plan
 
 
 def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
-    """The ssh command that forwards ``ports`` from the user's machine to ``node``."""
+    """The ssh command that forwards ``ports`` from the user's machine to ``node``.
+
+    ``hops``: the site's login path (bastion, login node); none known: ssh to the node itself.
+    """
     forwards = " ".join(f"-L {p}:localhost:{p}" for p in ports)
-    user = getpass.getuser()
-    first, *rest = hops
-    parts = [f"ssh -t {forwards} {user}@{first}"]
+    first, *rest = [*hops, node]
+    parts = [f"ssh -t {forwards} {getpass.getuser()}@{first}"]
     parts += [f"ssh -t {forwards} {hop}" for hop in rest]
-    parts.append(f"ssh -t {forwards} {node}")
     return " ".join(parts)
 
 
@@ -35,8 +36,8 @@ def ready_message(
     ]
     if not plan.tls:
         lines.append(f"                  or Client(scheduler_file='{plan.scheduler_file}')")
-    if info.dashboard_port:
-        lines.append(f"  dashboard       http://localhost:{info.dashboard_port}/status")
+    if info.dashboard_link:
+        lines.append(f"  dashboard       {info.dashboard_link}")
     if jupyter_url:
         lines.append(f"  jupyterlab      {jupyter_url}")
     if ports:

@@ -94,9 +94,24 @@ def build_parser() -> argparse.ArgumentParser:
         dest="nanny",
         action="store_true",
         default=None,
-        help="restart workers that die (default)",
+        help="each worker under Dask's Nanny: restarted when it dies; restart, "
+        "restart_workers, NannyPlugins (default)",
     )
-    res.add_argument("--no-nanny", dest="nanny", action="store_false")
+    res.add_argument(
+        "--no-nanny",
+        dest="nanny",
+        action="store_false",
+        help="plain workers in the rank's own processes, never restarted (dask worker --no-nanny)",
+    )
+    cuda = p.add_argument_group("NVIDIA GPU workers (dask-cuda's options)")
+    cuda.add_argument(
+        "--device-memory-limit",
+        help="spill device memory to host above this (default: dask-cuda's, 80%% of the GPU)",
+    )
+    cuda.add_argument("--rmm-pool-size", help="RMM memory pool per worker, e.g. 30GB or 0.9")
+    cuda.add_argument(
+        "--enable-cudf-spill", action="store_true", help="cuDF's own spilling (dask-cuda's)"
+    )
     net = p.add_argument_group("network and security")
     net.add_argument("--interface", help="network interface, e.g. ib0 or hsn0")
     net.add_argument("--protocol", choices=("tcp", "tls", "ucx"), help="comm protocol")

@@ -28,6 +28,7 @@ class SchedulerInfo:
     tls: TlsFiles | None
     roster: str | None = None  # rank 0's roll call, host:port (see roster.py)
     token: str | None = None  # what a rank presents there
+    dashboard_token: str | None = None  # what the dashboard asks for (see dashboard.py)
 
     def to_json(self) -> dict[str, Any]:
         tls = None
@@ -43,6 +44,7 @@ class SchedulerInfo:
                 "tls": tls,
                 "roster": self.roster,
                 "token": self.token,
+                "dashboard_token": self.dashboard_token,
             },
         }
 
@@ -58,11 +60,26 @@ class SchedulerInfo:
             tls=TlsFiles(Path(tls["ca"]), Path(tls["cert"]), Path(tls["key"])) if tls else None,
             roster=ours.get("roster"),
             token=ours.get("token"),
+            dashboard_token=ours.get("dashboard_token"),
         )
+
+    @property
+    def dashboard_link(self) -> str | None:
+        """The dashboard as the owner opens it: on the scheduler's node, or through the tunnel.
+
+        The dashboard listens on the node's loopback, so the scheduler's own address (what
+        ``client.dashboard_link`` would show by default) has nothing listening.
+        """
+        if not self.dashboard_port:
+            return None
+        token = f"?token={self.dashboard_token}" if self.dashboard_token else ""
+        return f"http://localhost:{self.dashboard_port}/status{token}"
 
     def client_env(self) -> dict[str, str]:
         """Environment in which a bare ``distributed.Client()`` connects to this cluster."""
         env = {"DASK_SCHEDULER_ADDRESS": self.address}
+        if self.dashboard_link:
+            env["DASK_DISTRIBUTED__DASHBOARD__LINK"] = self.dashboard_link
         if self.tls:
             env.update(tls_env(self.tls))
         return env
@@ -92,12 +109,15 @@ def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerIn
 
 def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
     """A ``distributed.Client`` connected to the cluster of ``scheduler_file``."""
+    import dask.config
     from distributed import Client
     from distributed.security import Security
 
     info = read_scheduler_file(Path(scheduler_file))
     if info is None:
         raise FileNotFoundError(f"no usable scheduler file at {scheduler_file}")
+    if info.dashboard_link:  # what client.dashboard_link (and dask-labextension) show
+        dask.config.set({"distributed.dashboard.link": info.dashboard_link})
     if info.tls:
         kwargs.setdefault(
             "security",

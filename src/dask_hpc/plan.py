@@ -42,10 +42,14 @@ class ProcessSpec:
     env: dict[str, str] = field(default_factory=dict)
 
     def argv(self) -> list[str]:
-        """The equivalent ``dask scheduler`` / ``dask worker`` command line."""
-        argv = ["dask", self.role]
-        for key, value in self.options.items():
-            if value is None or key == "worker_class":
+        """The equivalent ``dask scheduler`` / ``dask worker`` / ``dask cuda worker`` line."""
+        options = dict(self.options)
+        cuda = options.pop("cuda", None)
+        options.pop("keep_cpus", None)
+        argv = ["dask", "cuda", "worker"] if options.pop("worker_class", "") == "dask_cuda" else []
+        argv = argv or ["dask", self.role]
+        for key, value in {**options, **(cuda or {})}.items():
+            if value is None or value is False and key.startswith("enable_"):
                 continue
             flag = "--" + key.replace("_", "-")
             if key == "resources":
@@ -289,16 +293,43 @@ def _gpu_node(
     return node
 
 
-def _worker_class(gpu_node: gpus.GpuNode | None, notes: list[str]) -> str:
-    if gpu_node is None or gpu_node.vendor.name != "nvidia":
+def _worker_class(
+    args: argparse.Namespace, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
+) -> str:
+    cuda_flags = [
+        flag
+        for flag, value in (
+            ("--device-memory-limit", args.device_memory_limit),
+            ("--rmm-pool-size", args.rmm_pool_size),
+            ("--enable-cudf-spill", args.enable_cudf_spill),
+        )
+        if value
+    ]
+    nvidia = gpu_node is not None and gpu_node.vendor.name == "nvidia"
+    if cuda_flags and not (nvidia and _has_dask_cuda()):
+        raise UsageError(
+            f"{cuda_flags[0]} is a dask-cuda option, for gpu workers on NVIDIA GPUs",
+            "drop it, or run gpu workers with dask-cuda installed (pip install 'dask-hpc[cuda]')",
+        )
+    if not nvidia:
         return "distributed.Worker"
-    if _has_dask_cuda():
-        return "dask_cuda"
-    notes.append(
-        "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
-        "(pip install 'dask-hpc[cuda]')"
-    )
-    return "distributed.Worker"
+    if not _has_dask_cuda():
+        notes.append(
+            "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
+            "(pip install 'dask-hpc[cuda]')"
+        )
+        return "distributed.Worker"
+    if not nanny:
+        raise UsageError(
+            "dask-cuda workers always run under a Nanny (as `dask cuda worker` does)",
+            "drop --no-nanny",
+        )
+    if args.rmm_pool_size and not _importable("rmm"):
+        raise UsageError(
+            "--rmm-pool-size needs RMM, which is not installed here",
+            "install rmm (pip install rmm-cu12, or the site image), or drop --rmm-pool-size",
+        )
+    return "dask_cuda"
 
 
 def _scheduler_spec(
@@ -350,7 +381,8 @@ def make_plan(
     notes: list[str] = []
     host = socket.gethostname()
     rank = launchers.detect(env, args.launcher, pid=os.getpid(), host=host)
-    site = load_site(args.site) if args.site else detect_site(env, host)
+    site_name = args.site or config.get("site")
+    site = load_site(site_name) if site_name else detect_site(env, host)
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
@@ -377,6 +409,7 @@ def make_plan(
     gpu_node = None
     if args.worker_type == "gpu":
         gpu_node = _gpu_node(env, site, wpn, workers_here, gpu_root, notes)
+    nanny = bool(config.get("nanny") if args.nanny is None else args.nanny)
     options = {
         "scheduler_file": str(scheduler_file),
         "nthreads": args.nthreads or max(1, node.usable_cpus // (1 if bound else wpn)),
@@ -386,9 +419,16 @@ def make_plan(
         "death_timeout": args.death_timeout or float(config.get("death-timeout")),
         "host": host_ip,
         "protocol": protocol,
-        "nanny": bool(config.get("nanny") if args.nanny is None else args.nanny),
-        "worker_class": _worker_class(gpu_node, notes),
+        "nanny": nanny,
+        "worker_class": _worker_class(args, gpu_node, nanny, notes),
+        "keep_cpus": bound,  # the launcher's CPU binding wins over dask-cuda's NVML guess
     }
+    if options["worker_class"] == "dask_cuda":
+        options["cuda"] = {
+            "device_memory_limit": args.device_memory_limit or "default",
+            "rmm_pool_size": args.rmm_pool_size,
+            "enable_cudf_spill": args.enable_cudf_spill,
+        }
 
     processes: list[ProcessSpec] = []
     if rank.is_first and not args.join:
@@ -428,7 +468,11 @@ def make_plan(
     )
 
 
-def _has_dask_cuda() -> bool:
+def _importable(module: str) -> bool:
     import importlib.util
 
-    return importlib.util.find_spec("dask_cuda") is not None
+    return importlib.util.find_spec(module) is not None
+
+
+def _has_dask_cuda() -> bool:
+    return _importable("dask_cuda")

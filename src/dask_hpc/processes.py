@@ -10,25 +10,27 @@ from __future__ import annotations
 import asyncio
 import ctypes
 import json
-import logging
 import os
 import signal
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any
 
 import dask.config
-from distributed import Scheduler, Worker
+from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.security import Security
+from distributed.utils import get_ip
 
+from . import dashboard
 from .plan import ProcessSpec
+from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 
-EXIT_CLOSED = 0  # closed by the scheduler or by a signal: a clean end
+EXIT_CLOSED = 0  # closed by the scheduler, retired, or stopped by a signal: a clean end
 EXIT_FAILED = 1  # could not start
 EXIT_SCHEDULER_LOST = 4  # the scheduler went away without closing the worker
-CLEAN_REASONS = ("scheduler-close", "start-cluster-signal", "scheduler-shutdown")
 
 
 _PR_SET_PDEATHSIG = 1
@@ -73,8 +75,7 @@ def fork(target: Callable[..., int], *args: Any) -> int:
 def _prepare(spec: ProcessSpec) -> None:
     os.environ.update(spec.env)
     dask.config.refresh()
-    level = str(dask.config.get("hpc.log-level", "warning")).upper()
-    logging.getLogger("distributed").setLevel(level)
+    quiet_stderr()
 
 
 def _on_signals(callback: Callable[[], None]) -> None:
@@ -106,14 +107,20 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
     _prepare(spec)
     options = spec.options
 
+    # A taken dashboard port is reported by the rank in one line (runtime.py), not by Dask's
+    # "Perhaps you already have a cluster running?" warning.
+    warnings.filterwarnings("ignore", message="Port .* is already in use")
+
     async def serve() -> None:
         scheduler = Scheduler(
-            host=options["host"],
+            host=options["host"] or get_ip(),  # the node's routed address, not 0.0.0.0
             port=options["port"],
             protocol=options["protocol"],
             dashboard_address=options["dashboard_address"],
             security=Security(),
         )
+        token = dashboard.new_token()
+        dashboard.protect(scheduler.http_server, token)  # before any request is served
         reporter = _Reporter(events_fd)
         scheduler.add_plugin(reporter)
         _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
@@ -127,6 +134,7 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
             dashboard_port=scheduler.services["dashboard"].port
             if "dashboard" in scheduler.services
             else None,
+            dashboard_token=token,
         )
         await scheduler.finished()
 
@@ -135,84 +143,33 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
 
 
 def close_workers(scheduler: Scheduler) -> None:
-    """Close every worker, keeping the scheduler up, so that the rank can see them go."""
-    for comm in list(scheduler.stream_comms.values()):
-        if not comm.closed():
-            comm.send({"op": "close", "reason": "scheduler-close"})
-
-
-class _TrackedWorker(Worker):
-    """A Worker that remembers why it closed."""
-
-    close_reason = ""
-
-    async def close(self, *args: Any, reason: str = "worker-close", **kwargs: Any) -> Any:
-        if not self.close_reason:
-            self.close_reason = reason
-        return await super().close(*args, reason=reason, **kwargs)
-
-
-def _worker_kwargs(spec: ProcessSpec, address: str) -> dict[str, Any]:
-    options = spec.options
-    kwargs: dict[str, Any] = {
-        "scheduler_ip": address,
-        "name": spec.name,
-        "nthreads": options["nthreads"],
-        "memory_limit": options["memory_limit"],
-        "resources": options["resources"],
-        "local_directory": options["local_directory"],
-        "death_timeout": options["death_timeout"],
-        "host": options["host"],
-        "protocol": options["protocol"],
-        "security": Security(),
-        "dashboard": False,
-    }
-    if options["worker_class"] == "dask_cuda":
-        kwargs.update(_cuda_kwargs(options))
-    return kwargs
-
-
-def _cuda_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    """What dask-cuda's own worker adds for one GPU: device-aware data, plugins, CUDA context."""
-    from dask_cuda.utils import cuda_visible_devices, nvml_device_index
-    from dask_cuda.worker_common import worker_data_function, worker_plugins
-
-    device = nvml_device_index(0, cuda_visible_devices(0))
-    plugins = worker_plugins(
-        device_index=device,
-        rmm_initial_pool_size=None,
-        rmm_maximum_pool_size=None,
-        rmm_managed_memory=False,
-        rmm_async_alloc=False,
-        rmm_release_threshold=None,
-        rmm_log_directory=None,
-        rmm_track_allocations=False,
-        rmm_allocator_external_lib_list=None,
-        pre_import=None,
-        enable_cudf_spill=False,
-        cudf_spill_stats=0,
-    )
-    data = worker_data_function(device_memory_limit="default", memory_limit=options["memory_limit"])
-    return {
-        "plugins": plugins,
-        "data": data(device),
-        "preload": ["dask_cuda.initialize"],
-        "preload_argv": ["--create-cuda-context"],
-    }
+    """Close every worker (and its Nanny), keeping the scheduler up, so the rank sees them go."""
+    for address in list(scheduler.workers):
+        scheduler.close_worker(address)
 
 
 def worker_main(spec: ProcessSpec, address: str) -> int:
-    """Run one worker until the scheduler closes it, it loses the scheduler, or a signal."""
+    """``--no-nanny``: run one worker in this process until it is closed or loses the scheduler.
+
+    Like ``dask worker --no-nanny``, nothing restarts it.
+    """
     _prepare(spec)
 
     async def serve() -> int:
-        worker = _TrackedWorker(**_worker_kwargs(spec, address))
+        options = spec.options
+        worker = worker_class(options)(
+            address,
+            name=spec.name,
+            resources=options["resources"],
+            **worker_kwargs(options, address),
+        )
         _on_signals(
             lambda: asyncio.ensure_future(worker.close(reason="start-cluster-signal", nanny=False))
         )
         await worker
         await worker.finished()
-        return EXIT_CLOSED if worker.close_reason in CLEAN_REASONS else EXIT_SCHEDULER_LOST
+        lost = worker.close_reason in LOST_SCHEDULER_REASONS
+        return EXIT_SCHEDULER_LOST if lost else EXIT_CLOSED
 
     try:
         return asyncio.run(serve())

@@ -28,6 +28,7 @@ class Roster:
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
         self.alive: dict[int, socket.socket] = {}  # rank -> connection
+        self.left: set[int] = set()  # ranks that connected, then went
         self._pending: dict[int, tuple[socket.socket, bytes]] = {}
         self._watch, self._unwatch = watch, unwatch
         watch(self.listener.fileno(), self._accept)
@@ -73,6 +74,7 @@ class Roster:
                 except BlockingIOError:
                     return
                 del self.alive[rank]
+                self.left.add(rank)
                 self._drop(fd, conn)
 
     def _drop(self, fd: int, conn: socket.socket) -> None:

@@ -17,11 +17,11 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import processes, roster, security
+from . import nannies, processes, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
-from .plan import Plan
+from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
@@ -30,7 +30,18 @@ RANKS_LEAVE_TIMEOUT = 10.0
 
 
 def say(message: str) -> None:
-    print(f"start-cluster: {message}", file=sys.stderr, flush=True)
+    """One line on stderr; a stderr whose reader is gone (``| tee`` after Ctrl-C) is ignored."""
+    try:
+        print(f"start-cluster: {message}", file=sys.stderr, flush=True)
+    except OSError:
+        _stderr_gone()
+
+
+def _stderr_gone() -> None:
+    """Point fd 2 at /dev/null, so that nothing (Python's own exit flush included) fails on it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
 
 
 def exit_status(wait_status: int) -> int:
@@ -51,7 +62,7 @@ def run(plan: Plan) -> int:
 
 
 class Rank:
-    """What every rank does: start its workers, keep them alive, stop them on request."""
+    """What every rank does: start its workers, see them end, stop them on request."""
 
     def __init__(self, plan: Plan) -> None:
         self.plan = plan
@@ -59,34 +70,59 @@ class Rank:
         self.stopping = False
         self.scheduler_lost = False
         self.closed_by_scheduler = False
+        self.workers_failed = False
+        self._host_pipe: int | None = None  # to the nanny host, until it has the address
 
-    def start_workers(self, address: str) -> None:
-        for spec in self.plan.processes:
-            if spec.role == "worker":
-                self.sup.add(spec, lambda s=spec: processes.fork(processes.worker_main, s, address))
+    def prepare_workers(self) -> None:
+        """Fork the nanny host now: its forkserver imports Dask while the scheduler starts.
+
+        The host waits on a pipe for the scheduler's address (``start_workers``); it exits
+        when the pipe closes before that.
+        """
+        specs = self._worker_specs()
+        if not specs or not specs[0].options["nanny"]:
+            return
+        read_fd, self._host_pipe = os.pipe()
+        host = ProcessSpec("nannies", f"nannies of rank {self.plan.rank.rank}", {})
+        self.sup.add(host, processes.fork(nannies.serve, specs, read_fd, self._host_pipe))
+        os.close(read_fd)
+
+    def start_workers(self, address: str, tls: security.TlsFiles | None) -> None:
+        """Send the nanny host the scheduler's address, or fork plain workers (--no-nanny)."""
+        if self._host_pipe is not None:
+            env = security.tls_env(tls) if tls else {}
+            message = json.dumps({"address": address, "env": env}) + "\n"
+            os.write(self._host_pipe, message.encode())
+            self.release_host()
+            return
+        for spec in self._worker_specs():
+            self.sup.add(spec, processes.fork(processes.worker_main, spec, address))
+
+    def release_host(self) -> None:
+        """Close the pipe to the nanny host: a host still waiting on it exits."""
+        if self._host_pipe is not None:
+            os.close(self._host_pipe)
+            self._host_pipe = None
+
+    def _worker_specs(self) -> list[ProcessSpec]:
+        return [spec for spec in self.plan.processes if spec.role == "worker"]
 
     def handle_worker_exit(self, child: Child, status: int) -> None:
+        """A nanny host or a ``--no-nanny`` worker ended: note why."""
         code = exit_status(status)
-        if code == processes.EXIT_CLOSED and not self.stopping:
-            self.closed_by_scheduler = True
-        if code == processes.EXIT_SCHEDULER_LOST:
+        what = f"worker {child.spec.name}" if child.spec.role == "worker" else child.spec.name
+        if code == processes.EXIT_CLOSED:
+            if not self.stopping:
+                self.closed_by_scheduler = True
+        elif code == processes.EXIT_SCHEDULER_LOST:
             self.scheduler_lost = True
-        elif code < 0 and not self.stopping and child.spec.options.get("nanny"):
-            if self.sup.restart(child) is not None:
-                say(f"worker {child.spec.name} was killed by signal {-code}: restarted")
-                return
-            say(f"worker {child.spec.name} died too often: not restarted")
-        elif code not in (0,) and not self.stopping:
-            say(f"worker {child.spec.name} exited with status {_shell_code(code)}")
-
-    def enforce_memory(self) -> None:
-        import dask.config
-
-        fraction = dask.config.get("distributed.worker.memory.terminate")
-        if fraction and not self.stopping:
-            for pid in self.sup.over_memory(float(fraction)):
-                say(f"worker pid {pid} is above {fraction:.0%} of its memory limit: killed")
-                os.kill(pid, signal.SIGKILL)
+        elif not self.stopping:
+            if code == processes.EXIT_FAILED:
+                self.workers_failed = True
+            elif code < 0:
+                say(f"{what} was killed by signal {-code}: its workers are gone")
+            else:
+                say(f"{what} exited with status {code}")
 
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if not self.stopping:
@@ -144,8 +180,9 @@ class FirstRank(Rank):
         self.started: dict | None = None
         self.sup.watch(read_fd, self._on_events)
         spec = self.scheduler_spec
-        self.sup.add(spec, lambda: processes.fork(processes.scheduler_main, spec, write_fd))
+        self.sup.add(spec, processes.fork(processes.scheduler_main, spec, write_fd))
         os.close(write_fd)
+        self.prepare_workers()
         try:
             return self._serve(tls)
         finally:
@@ -157,11 +194,14 @@ class FirstRank(Rank):
         timeout: float,
         progress: bool = False,
         interruptible: bool = True,
+        startup: bool = False,
     ) -> bool:
         deadline = time.monotonic() + timeout
         shown = -1
         while not ready():
             if (interruptible and self.sup.signals) or self._scheduler_gone():
+                return False
+            if startup and self._startup_failure():
                 return False
             if time.monotonic() >= deadline:
                 return False
@@ -175,10 +215,18 @@ class FirstRank(Rank):
     def _scheduler_gone(self) -> bool:
         return not self.sup.pids("scheduler")
 
+    def _startup_failure(self) -> str | None:
+        """Why the cluster can no longer become ready, if it cannot."""
+        if self.workers_failed:
+            return "this rank's workers failed to start (see above)"
+        if self.roster and self.roster.left:
+            return f"rank(s) {sorted(self.roster.left)[:20]} exited before the cluster was ready"
+        return None
+
     def _handle_exits(self) -> None:
         while self.sup.exited:
             child, status = self.sup.exited.pop(0)
-            if child.spec.role == "worker":
+            if child.spec.role in ("worker", "nannies"):
                 self.handle_worker_exit(child, status)
             elif child.spec.role == "scheduler":
                 self.scheduler_status = exit_status(status)
@@ -188,12 +236,14 @@ class FirstRank(Rank):
         if not self._wait(lambda: self.started is not None, plan.timeout):
             return self._abort("the scheduler did not start")
         address = self.started["address"]
+        self._report_dashboard_port(self.started["dashboard_port"])
         if plan.rank.size > 1:
             host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
             self.roster = roster.Roster(host, self.sup.watch_ready, self.sup.unwatch)
         self.info = SchedulerInfo(
             address=address,
             dashboard_port=self.started["dashboard_port"],
+            dashboard_token=self.started["dashboard_token"],
             host=socket.gethostname(),
             launch_id=plan.rank.launch_id,
             tls=tls,
@@ -202,12 +252,12 @@ class FirstRank(Rank):
         )
         write_scheduler_file(plan.scheduler_file, self.info)
         os.environ.update(self.info.client_env())
-        self.start_workers(self.info.address)
+        self.start_workers(self.info.address, tls)
         ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
-        if not self._wait(ready, plan.timeout, progress=True):
+        if not self._wait(ready, plan.timeout, progress=True, startup=True):
             if self.sup.signals or self._scheduler_gone():
                 return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
-            return self._abort(self._missing_message())
+            return self._abort(self._startup_failure() or self._missing_message())
         jupyter_url = jupyter_port = None
         if plan.jupyter:
             from .jupyter import start_jupyter
@@ -221,6 +271,11 @@ class FirstRank(Rank):
                 preexec_fn=lambda: processes.die_with_parent(signal.SIGTERM, parent),
             )
         return self._until_done()
+
+    def _report_dashboard_port(self, port: int | None) -> None:
+        wanted = int(self.scheduler_spec.options["dashboard_address"].rpartition(":")[2])
+        if port and wanted and port != wanted:
+            say(f"dashboard port {wanted} is taken (another cluster on this node?): using {port}")
 
     def _missing_message(self) -> str:
         plan = self.plan
@@ -245,7 +300,6 @@ class FirstRank(Rank):
         while True:
             self.sup.poll(1.0)
             self._handle_exits()
-            self.enforce_memory()
             if self.sup.signals:
                 sig = self.sup.signals[0]
                 say(f"received signal {sig}: shutting down")
@@ -293,6 +347,7 @@ class FirstRank(Rank):
         then has nobody left to kill, and reports COMMAND's status.
         """
         self.stopping = True
+        self.release_host()
         if self.workers and not self._scheduler_gone():
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
             self._wait(
@@ -300,14 +355,20 @@ class FirstRank(Rank):
                 WORKERS_LEAVE_TIMEOUT,
                 interruptible=False,
             )
-        self.sup.signal_all(signal.SIGTERM, role="scheduler")
-        if not self.sup.wait_all(SHUTDOWN_GRACE):
-            say("some processes did not stop in time and were killed")
+        # The other ranks end with their workers. Wait for them before this rank closes its
+        # scheduler and nanny host: that work then separates their exits from this one's, so
+        # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
+        # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
+        # roll call closed found srun still counting that rank, which it killed: exit 143).
         deadline = time.monotonic() + RANKS_LEAVE_TIMEOUT
         while self.roster and self.roster.alive and time.monotonic() < deadline:
             self.sup.poll(min(0.5, deadline - time.monotonic()))
+            self._handle_exits()
         if self.roster and self.roster.alive:
             say(f"rank(s) {sorted(self.roster.alive)} still running after the shutdown")
+        self.sup.signal_all(signal.SIGTERM, role="scheduler")
+        if not self.sup.wait_all(SHUTDOWN_GRACE):
+            say("some processes did not stop in time and were killed")
         return status
 
     def _cleanup(self) -> None:
@@ -354,6 +415,7 @@ class WorkerRank(Rank):
     def run(self) -> int:
         plan = self.plan
         try:
+            self.prepare_workers()
             info = self.wait_for_scheduler()
             if info is None:
                 if self.sup.signals:
@@ -367,7 +429,7 @@ class WorkerRank(Rank):
                 os.environ.update(security.tls_env(info.tls))
             if info.roster and info.token and not plan.join:
                 self._join_roster(info)
-            self.start_workers(info.address)
+            self.start_workers(info.address, info.tls)
             return self._until_done(info)
         finally:
             if self.sup.children:
@@ -409,7 +471,6 @@ class WorkerRank(Rank):
                 self.stop()
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
-            self.enforce_memory()
         if self.rank0_lost:
             return processes.EXIT_SCHEDULER_LOST
         if self.scheduler_lost and not self.stopping:

@@ -42,7 +42,7 @@ class Site:
     gpu_count: int | None
     gpu_tiles: int
     worker_env: Mapping[str, str] = field(default_factory=dict)
-    ssh_hops: tuple[str, ...] = ("LOGIN_NODE",)
+    ssh_hops: tuple[str, ...] = ()  # login path (bastion, login node) for the printed tunnel
     build: Mapping[str, Any] = field(default_factory=dict)
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
@@ -83,7 +83,7 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         gpu_vendor=gpu.get("vendor"),
         gpu_count=gpu.get("count"),
         gpu_tiles=int(gpu.get("tiles") or 1),
-        ssh_hops=tuple(data.get("ssh_hops") or ("LOGIN_NODE",)),
+        ssh_hops=tuple(data.get("ssh_hops") or ()),
         worker_env={k: str(v) for k, v in (data.get("worker_env") or {}).items()},
         build=dict(data.get("build") or {}),
     )

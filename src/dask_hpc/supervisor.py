@@ -1,6 +1,6 @@
 """A single-threaded loop that owns this rank's child processes and its signals.
 
-It never starts threads, so it may fork a replacement worker at any time (``--nanny``).
+It never starts threads, so forking the scheduler and the workers from it is safe.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import psutil
-
 from .plan import ProcessSpec
 
 
@@ -23,14 +21,10 @@ class Child:
     """A process this rank started."""
 
     spec: ProcessSpec
-    start: Callable[[], int]  # forks it again; returns the new pid
-    restarts: int = 0
 
 
 class Supervisor:
     """Waits for child exits, signals and pipe input, with timeouts; never sleeps blindly."""
-
-    MAX_RESTARTS = 10
 
     def __init__(self) -> None:
         self.children: dict[int, Child] = {}
@@ -50,19 +44,9 @@ class Supervisor:
         if signum != signal.SIGCHLD:
             self.signals.append(signum)
 
-    def add(self, spec: ProcessSpec, start: Callable[[], int]) -> int:
-        pid = start()
-        self.children[pid] = Child(spec, start)
-        return pid
-
-    def restart(self, child: Child) -> int | None:
-        """Fork ``child`` again (a nanny's restart), unless it restarted too often."""
-        if child.restarts >= self.MAX_RESTARTS:
-            return None
-        child.restarts += 1
-        pid = child.start()
-        self.children[pid] = child
-        return pid
+    def add(self, spec: ProcessSpec, pid: int) -> None:
+        """Supervise the child ``pid`` (forked by the caller) that runs ``spec``."""
+        self.children[pid] = Child(spec)
 
     def watch(self, fd: int, handler: Callable[[bytes], None]) -> None:
         """Call ``handler`` with what arrives on ``fd`` (b"" at end of file)."""
@@ -128,20 +112,6 @@ class Supervisor:
                 self.poll(0.5)
             return False
         return True
-
-    def over_memory(self, fraction: float) -> list[int]:
-        """Worker pids whose resident memory is above ``fraction`` of their limit."""
-        over = []
-        for pid, child in self.children.items():
-            limit = child.spec.options.get("memory_limit")
-            if child.spec.role != "worker" or not limit:
-                continue
-            try:
-                if psutil.Process(pid).memory_info().rss > fraction * limit:
-                    over.append(pid)
-            except psutil.Error:
-                continue
-        return over
 
     def close(self) -> None:
         signal.set_wakeup_fd(self._old_wakeup)

@@ -30,6 +30,11 @@ def worker_view(dask_worker):
     }
 
 
+def _http_address(dask_worker):
+    """Where the worker's HTTP routes (/health, /metrics, ...) listen."""
+    return dask_worker.http_server.address
+
+
 def main() -> int:
     client = Client(timeout=30)
     info = client.scheduler_info(n_workers=-1)["workers"]
@@ -42,6 +47,9 @@ def main() -> int:
         "workers": {str(info[a]["name"]): v for a, v in views.items()},
         "sum_squares": sum(squares),
         "env_address": os.environ.get("DASK_SCHEDULER_ADDRESS"),
+        "dashboard_link": client.dashboard_link,
+        "worker_addresses": sorted(info),
+        "worker_http": sorted(client.run(_http_address).values()),
     }
     print("PROBE " + json.dumps(result), flush=True)
     client.close()

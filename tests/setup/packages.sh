@@ -2,7 +2,8 @@
 # Debian packages: real launchers (Open MPI, MPICH, Slurm), debootstrap for test root filesystems.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps iproute2 curl)
+# chromium: the dashboard test opens the status page in a real browser (Playwright drives it).
+need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps iproute2 curl chromium fonts-dejavu-core)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

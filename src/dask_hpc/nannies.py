@@ -1,0 +1,260 @@
+"""This rank's workers under Dask's own Nanny, as ``dask worker --nworkers N`` runs them.
+
+The rank forks one process (the *nanny host*) that holds a ``distributed.Nanny`` per worker,
+or, for NVIDIA GPUs, dask-cuda's ``CUDAWorker``, which builds those Nannies as
+``dask cuda worker`` does. Restarts, ``client.restart()``, ``restart_workers``,
+``retire_workers``, NannyPlugins, ``run(nanny=True)`` and memory termination are Dask's own.
+
+Each Nanny starts its worker process from multiprocessing's forkserver
+(``distributed.worker.multiprocessing-method: forkserver``): a single-threaded process that
+imported Dask once, so a worker (or its restart) costs a fork, not an interpreter start, and
+nothing is forked from a process that runs threads or TLS connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing.forkserver
+import os
+import signal
+import sys
+from typing import Any
+
+import dask.config
+from distributed import Nanny
+from distributed.core import Status
+from distributed.utils import get_mp_context
+
+from .plan import ProcessSpec
+from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
+
+EXIT_CLOSED = 0  # every worker was closed (by the scheduler, retired, or by this rank)
+EXIT_FAILED = 1  # a worker could not start
+EXIT_SCHEDULER_LOST = 4  # the scheduler went away without closing the workers
+
+# A worker whose process dies before it connects this many times in a row is not restarted
+# again (Dask's Nanny would restart it forever, as fast as it dies).
+MAX_FAILED_STARTS = 5
+
+
+def say(message: str) -> None:
+    try:
+        print(f"start-cluster: {message}", file=sys.stderr, flush=True)
+    except OSError:  # stderr closed (a pipe whose reader is gone): nobody to tell
+        pass
+
+
+def describe_exit(exitcode: int) -> str:
+    if exitcode < 0:
+        return f"was killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+class NannyWatch:
+    """What start-cluster adds to one of Dask's Nannies: a line per death, a crash-loop stop,
+    the reason its worker closed, and a prompt stop of a worker that closes itself.
+
+    It wraps the Nanny *instance* rather than subclassing ``Nanny`` because dask-cuda's
+    ``CUDAWorker`` constructs its Nannies itself.
+    """
+
+    def __init__(self, nanny: Nanny) -> None:
+        self.nanny = nanny
+        self.close_reason = ""
+        self.connected = False  # did the newest worker process connect to the scheduler?
+        self.failed_starts = 0  # worker processes in a row that died before connecting
+        self.last_exit: int | None = None  # the exit code of its last worker process
+        self._starting = 0  # starts under way (Dask may begin one before the last returned)
+        self._started = asyncio.Event()  # set while none is under way
+        self._started.set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._instantiate = nanny.instantiate
+        self._on_worker_exit = nanny._on_worker_exit
+        self._close_gracefully = nanny.handlers["close_gracefully"]
+        nanny.instantiate = self.instantiate  # type: ignore[method-assign]
+        nanny._on_worker_exit = self.on_worker_exit  # type: ignore[method-assign]
+        nanny.handlers["close_gracefully"] = self.close_gracefully
+
+    @property
+    def name(self) -> str:
+        return str(self.nanny.name)
+
+    @property
+    def lost_scheduler(self) -> bool:
+        return self.close_reason in LOST_SCHEDULER_REASONS
+
+    def _background(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def instantiate(self) -> Status:
+        """Start a worker process (Dask's own start), noting whether it connected."""
+        self.connected = False
+        self._starting += 1
+        self._started.clear()
+        try:
+            status = await self._instantiate()
+            self.connected = status == Status.running
+            return status
+        finally:
+            self._starting -= 1
+            if not self._starting:
+                self._started.set()
+
+    async def on_worker_exit(self, exitcode: int) -> None:
+        """The worker process ended: say why, then let the Nanny restart it (or give up)."""
+        self.last_exit = exitcode
+        if self.nanny.status != Status.running:  # starting or closing: Dask's own handling
+            await self._on_worker_exit(exitcode)
+            return
+        self.failed_starts = 0 if self.connected else self.failed_starts + 1
+        if self.failed_starts >= MAX_FAILED_STARTS:
+            say(
+                f"worker {self.name} {describe_exit(exitcode)} before connecting, "
+                f"{self.failed_starts} times in a row: not restarted (see its log above)"
+            )
+            self.close_reason = "dask-hpc-failed-starts"
+            self._background(self._give_up())
+            return
+        if exitcode != 0:  # 0: stopped on purpose (a restart, a retirement)
+            say(f"worker {self.name} {describe_exit(exitcode)}: restarting it")
+        await self._on_worker_exit(exitcode)
+
+    async def _give_up(self) -> None:
+        # Not awaited by on_worker_exit: Nanny.close waits for that background task to end. A
+        # start still under way (its process already dead) returns first, so it is not cancelled.
+        await self._started.wait()
+        await self.nanny.close(reason=self.close_reason)
+
+    def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
+        """The worker is closing (closed by the scheduler, retired, lost its scheduler)."""
+        self.close_reason = self.close_reason or reason
+        self._close_gracefully(reason=reason)
+        # Ask the worker process to stop now: without the Nanny's stop message it lingers 2 s
+        # after its worker closed (distributed 2026.7.1: nanny.py, WorkerProcess._run joins its
+        # stop-queue thread with timeout=2). Measured: 2.0 s -> 0.05 s per close.
+        self._background(self.nanny.kill(reason=reason))
+
+
+def start_forkserver() -> None:
+    """Start the forkserver every worker of this rank is forked from.
+
+    The forkserver keeps the environment it started with and imports numpy once for all
+    workers, so what must be set before numpy or a GPU runtime loads (Dask's
+    ``pre-spawn-environ``: OMP_NUM_THREADS=1, ...; RAPIDS_NO_INITIALIZE) is set first.
+    """
+    pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ")
+    os.environ.update({k: os.environ.get(k, str(v)) for k, v in pre_spawn.items() if v is not None})
+    # In the environment, so that it holds through every dask.config.refresh() after this.
+    os.environ["DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"] = "forkserver"
+    dask.config.refresh()
+    multiprocessing.forkserver.set_forkserver_preload(["dask_hpc.zygote"])
+    multiprocessing.forkserver.ensure_running()  # it imports while this process goes on
+    get_mp_context()  # Dask's own preload list, set too late to matter: the server runs
+
+
+def _shared_env(specs: list[ProcessSpec]) -> dict[str, str]:
+    """The variables every worker of this rank has, with the same value."""
+    first, *rest = specs
+    return {k: v for k, v in first.env.items() if all(s.env.get(k) == v for s in rest)}
+
+
+def build_nannies(specs: list[ProcessSpec], address: str) -> list[Nanny]:
+    """One Nanny per worker: Dask's own, or the ones dask-cuda's CUDAWorker builds."""
+    first = specs[0]
+    common = worker_kwargs(first.options, address)
+    common["worker_class"] = worker_class(first.options)
+    if first.options["worker_class"] == "dask_cuda":
+        from dask_cuda import CUDAWorker
+
+        gpu = first.options["cuda"]
+        devices = [s.env["CUDA_VISIBLE_DEVICES"] for s in specs if "CUDA_VISIBLE_DEVICES" in s.env]
+        if devices:  # else the launcher's own single device stays (jsrun -g1, --gpus-per-task)
+            os.environ["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+        name = first.name.rsplit("-", 1)[0] if len(specs) > 1 else first.name
+        workers = CUDAWorker(
+            address,
+            name=name,
+            resources="GPU=1",
+            device_memory_limit=gpu["device_memory_limit"],
+            rmm_pool_size=gpu["rmm_pool_size"],
+            enable_cudf_spill=gpu["enable_cudf_spill"],
+            **common,
+        )
+        return list(workers.nannies)
+    shared = _shared_env(specs)
+    return [
+        Nanny(
+            address,
+            name=spec.name,
+            resources=spec.options["resources"],
+            env={k: v for k, v in spec.env.items() if k not in shared},
+            **common,
+        )
+        for spec in specs
+    ]
+
+
+async def _run(specs: list[ProcessSpec], address: str) -> int:
+    try:
+        nannies = build_nannies(specs, address)
+    except Exception as error:  # noqa: BLE001 - dask-cuda refusing its options, NVML missing
+        say(f"the workers of this rank cannot be built: {error}")
+        return EXIT_FAILED
+    watches = [NannyWatch(n) for n in nannies]
+
+    async def close_all() -> None:
+        await asyncio.gather(*(n.close(timeout=5) for n in nannies), return_exceptions=True)
+
+    closing: list[asyncio.Task[None]] = []
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, lambda: closing.append(loop.create_task(close_all())))
+    starts = [asyncio.ensure_future(n) for n in nannies]
+    started = await asyncio.gather(*starts, return_exceptions=True)
+    failed = [(w, r) for w, r in zip(watches, started, strict=True) if isinstance(r, BaseException)]
+    if failed and not closing:
+        for watch, error in failed:
+            last = watch.last_exit
+            why = f"its process {describe_exit(last)}" if last is not None else str(error)
+            say(f"worker {watch.name} failed to start: {why}")
+        await close_all()
+        return EXIT_FAILED
+    await asyncio.gather(*(n.finished() for n in nannies))
+    if closing:
+        await asyncio.gather(*closing)
+    return EXIT_SCHEDULER_LOST if any(w.lost_scheduler for w in watches) else EXIT_CLOSED
+
+
+def _wait_for_start(pipe: int) -> dict[str, Any] | None:
+    """The rank's message once its scheduler is known (None: the pipe closed before)."""
+    with os.fdopen(pipe, "rb") as f:
+        line = f.readline()
+    return json.loads(line) if line.endswith(b"\n") else None
+
+
+def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
+    """The nanny host's main: start the forkserver at once, then, given the scheduler's
+    address on ``pipe``, this rank's workers; run until every one has closed.
+
+    ``rank_end``: the pipe's write end, inherited through the fork; closed here, or the pipe
+    would never report the rank's end of it.
+    """
+    os.close(rank_end)
+    os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the rank, which closes the workers in order
+    shared = _shared_env(specs)
+    if specs[0].options["worker_class"] == "dask_cuda":
+        # As `dask cuda worker` sets it: no CUDA context before CUDA_VISIBLE_DEVICES is set.
+        shared["RAPIDS_NO_INITIALIZE"] = "True"
+    os.environ.update(shared)
+    dask.config.refresh()
+    start_forkserver()
+    start = _wait_for_start(pipe)
+    if start is None:
+        return EXIT_CLOSED
+    os.environ.update(start["env"])  # the cluster's TLS settings
+    dask.config.refresh()
+    quiet_stderr()
+    return asyncio.run(_run(specs, start["address"]))

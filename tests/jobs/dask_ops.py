@@ -1,0 +1,92 @@
+"""A job for the tests: what a Dask user does with a cluster's workers, reported as JSON.
+
+Each operation is one that needs Dask's Nanny: restart, restart_workers, a NannyPlugin,
+run(nanny=True), a task that ends its worker's process (KilledWorker, workers back), the
+workers' logs, and last retire_workers (the retired worker's rank must end cleanly).
+
+    python dask_ops.py N_WORKERS
+"""
+
+import json
+import os
+import sys
+import time
+
+from distributed import Client, KilledWorker
+from distributed.diagnostics.plugin import Environ
+
+
+def names(client: Client) -> list[str]:
+    return sorted(str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+
+
+def main() -> int:
+    n = int(sys.argv[1])
+    client = Client(timeout=30)
+    result: dict = {"workers": names(client), "seconds": {}}
+
+    def timed(label: str, start: float) -> None:
+        result["seconds"][label] = round(time.monotonic() - start, 2)
+
+    start = time.monotonic()
+    client.restart()
+    result["after_restart"] = names(client)
+    timed("restart", start)
+
+    start = time.monotonic()
+    first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    client.restart_workers([first])
+    result["after_restart_workers"] = names(client)
+    timed("restart_workers", start)
+
+    start = time.monotonic()
+    client.register_plugin(Environ({"DASK_HPC_PLUGIN_SET": "yes"}))  # a NannyPlugin: restarts
+    client.wait_for_workers(n, timeout=60)
+    seen = client.run(lambda: os.environ.get("DASK_HPC_PLUGIN_SET", "unset"))
+    result["environ_plugin"] = sorted(set(seen.values()))
+    timed("nanny_plugin", start)
+
+    nanny_pids = client.run(os.getpid, nanny=True)
+    worker_pids = client.run(os.getpid)
+    result["nanny_run"] = {
+        "nannies": len(nanny_pids),
+        "distinct_from_workers": not set(nanny_pids.values()) & set(worker_pids.values()),
+    }
+
+    start = time.monotonic()
+    try:
+        client.submit(os._exit, 1, pure=False).result(timeout=120)
+        result["exiting_task"] = "returned"
+    except KilledWorker:
+        result["exiting_task"] = "KilledWorker"
+    client.wait_for_workers(n, timeout=60)
+    deadline = time.monotonic() + 60  # every worker back, and answering
+    while time.monotonic() < deadline:
+        try:
+            if len(client.run(os.getpid)) == n:
+                break
+        except Exception:  # noqa: BLE001 - a worker still restarting: ask again
+            pass
+        time.sleep(0.1)
+    result["after_exiting_task"] = names(client)
+    timed("exiting_task_and_back", start)
+
+    logs = client.get_worker_logs()
+    result["worker_log_lines"] = min(len(lines) for lines in logs.values())
+    result["dashboard_link"] = client.dashboard_link
+    result["sum"] = client.submit(sum, range(10)).result()
+
+    start = time.monotonic()
+    last = max(
+        client.scheduler_info(n_workers=-1)["workers"].items(), key=lambda kv: str(kv[1]["name"])
+    )
+    client.retire_workers([last[0]])
+    result["retired"] = str(last[1]["name"])
+    result["after_retire"] = names(client)
+    timed("retire_workers", start)
+    print("DASKOPS " + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

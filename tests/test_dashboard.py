@@ -1,0 +1,70 @@
+"""A dashboard only its owner opens: a real HTTP client and a real browser against a cluster."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from jobs.background import Background
+from support import start_cluster
+
+CHECK = Path(__file__).resolve().parent / "jobs" / "dashboard_check.py"
+
+
+@pytest.fixture(autouse=True)
+def _no_background_left() -> Iterator[None]:
+    yield
+    Background.kill_all()
+
+
+def dashboard_result(stdout: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith("DASHBOARD "):
+            return json.loads(line[len("DASHBOARD ") :])
+    raise AssertionError(f"no DASHBOARD line in output:\n{stdout}")
+
+
+def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    scheduler_file = tmp_path / "shared" / "cluster.json"
+    argv = [*start_cluster(), "cpu", "2", "--scheduler-file", str(scheduler_file)]
+    run = Background([*argv, "--dashboard-address", "127.0.0.1:0"], cluster_env, tmp_path)
+    run.wait_text("Dask cluster ready", 90)
+    printed = re.search(r"dashboard +(http://localhost:\d+/status\?token=[\w-]+)", run.stderr)
+    assert printed, run.output()
+    assert stat.S_IMODE(scheduler_file.stat().st_mode) == 0o600  # where the token is kept
+
+    png = tmp_path / "status.png"
+    check = subprocess.run(
+        [sys.executable, str(CHECK), str(scheduler_file), str(png)],
+        env=cluster_env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert check.returncode == 0, check.stderr
+    out = dashboard_result(check.stdout)
+    assert out["link"] == printed.group(1)  # client.dashboard_link is the printed link
+    assert set(out["stranger"].values()) == {403}, out["stranger"]
+    assert out["wrong_token"] == 403
+    code, location, cookie = out["with_token"]
+    assert (code, location) == (302, "/status")  # the token leaves the URL for a cookie
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert set(out["owner_cookie"].values()) == {200}, out["owner_cookie"]
+    assert set(out["owner_header"].values()) == {200}, out["owner_header"]
+    browser = out["browser"]
+    assert browser["title"] == "Dask: Status"
+    assert browser["canvases"] >= 5  # Bokeh's plots, fed through the websocket
+    assert "owner's only" in browser["stranger_text"]
+    assert png.stat().st_size > 20_000  # a drawn page, not a blank one
+
+    run.signal(signal.SIGTERM)
+    assert run.wait(60) == 128 + signal.SIGTERM, run.output()
