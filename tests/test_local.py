@@ -28,7 +28,9 @@ def test_script_mode_runs_command_once_every_worker_is_connected(
     assert "workers 3/3 connected" in result.stderr
     assert "Dask cluster ready: 3 cpu workers on 1 node(s), TLS on" in result.stderr
     # 8787, or a free port when another cluster holds it; the link carries the dashboard token.
-    dashboard = re.search(r"dashboard +(http://localhost:(\d+)/status\?token=[\w-]+)\n", result.stderr)
+    dashboard = re.search(
+        r"dashboard +(http://localhost:(\d+)/status\?token=[\w-]+)\n", result.stderr
+    )
     assert dashboard, result.stderr
     assert out["dashboard_link"] == dashboard.group(1)
     # No login path known (generic site): the tunnel goes to this node, no placeholder.
