@@ -204,6 +204,21 @@ def _fresh_runs(env: Env) -> dict[str, tuple[str, tuple[str, ...]]]:
     }
 
 
+def run_side_by_side(
+    workdir: Path, jobs: dict[str, tuple[Path, tuple[str, ...]]]
+) -> dict[str, PlaybookRun]:
+    """Run each named playbook job (inventory, extra args) at once; record how long each took."""
+    with ThreadPoolExecutor(8) as pool:
+        futures = {
+            name: pool.submit(run_playbook, workdir, inventory, *args)
+            for name, (inventory, args) in jobs.items()
+        }
+        runs = {name: f.result() for name, f in futures.items()}
+    for name, run in runs.items():
+        TIMINGS[name] = run.seconds
+    return runs
+
+
 @pytest.fixture(scope="session")
 def first_runs(env: Env) -> dict[str, PlaybookRun]:
     """Side by side: the first converge of the four targets, and every run against the fresh
@@ -214,15 +229,7 @@ def first_runs(env: Env) -> dict[str, PlaybookRun]:
     }
     for name, (inventory, args) in _fresh_runs(env).items():
         jobs[name] = (env.inventories[inventory], args)
-    with ThreadPoolExecutor(8) as pool:
-        futures = {
-            name: pool.submit(run_playbook, env.workdir, inventory, *args)
-            for name, (inventory, args) in jobs.items()
-        }
-        runs = {name: f.result() for name, f in futures.items()}
-    for name, run in runs.items():
-        TIMINGS[name] = run.seconds
-    return runs
+    return run_side_by_side(env.workdir, jobs)
 
 
 @pytest.fixture(scope="session")
@@ -242,15 +249,7 @@ def reruns(converged: Env) -> dict[str, PlaybookRun]:
         jobs[f"again_{name}"] = (converged.inventories[name], ())
     for name in CHECKED:
         jobs[f"check_{name}"] = (converged.inventories[name], ("--check", "--diff"))
-    with ThreadPoolExecutor(8) as pool:
-        futures = {
-            name: pool.submit(run_playbook, converged.workdir, inventory, *args)
-            for name, (inventory, args) in jobs.items()
-        }
-        runs = {name: f.result() for name, f in futures.items()}
-    for name, run in runs.items():
-        TIMINGS[name] = run.seconds
-    return runs
+    return run_side_by_side(converged.workdir, jobs)
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
