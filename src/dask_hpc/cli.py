@@ -158,8 +158,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
+    from . import nanny_host
     from .plan import make_plan
-    from .runtime import run
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -168,7 +168,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print(json.dumps(plan.describe(), indent=2))
             return 0
-        return run(plan)
+        # Forked before this rank imports distributed, so that the host's and its forkserver's
+        # imports run beside the rank's (see nanny_host).
+        host = nanny_host.start(plan)
+        from .runtime import run
+
+        return run(plan, host)
     except UsageError as error:
         print(f"start-cluster: error: {error}", file=sys.stderr)
         return error.exit_code

@@ -19,10 +19,10 @@ import time
 
 import dask.config
 
+from .children import die_with_parent
 from .connection import SchedulerInfo
 from .errors import StartupError
 from .plan import Plan
-from .processes import die_with_parent
 
 HOST = "127.0.0.1"
 DEFAULT_PORT = 8888

@@ -61,6 +61,12 @@ class ProcessSpec:
         return argv
 
 
+def shared_env(specs: list[ProcessSpec]) -> dict[str, str]:
+    """The variables every worker of this rank has, with the same value."""
+    first, *rest = specs
+    return {k: v for k, v in first.env.items() if all(s.env.get(k) == v for s in rest)}
+
+
 @dataclass
 class Plan:
     """Everything this rank will do."""

@@ -2,18 +2,16 @@
 
 Forking skips the ~0.3 s of CPU that every fresh Python process pays to import
 ``distributed``: 16 workers start about as fast as one. Each child builds its own event loop
-and exits with a status that tells the rank why it ended (see ``EXIT_*``).
+and exits with a status that tells the rank why it ended (see ``children.EXIT_*``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import signal
 import sys
-import traceback
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -25,51 +23,9 @@ from distributed.security import Security
 from distributed.utils import get_ip
 
 from . import dashboard
+from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .plan import ProcessSpec
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
-
-EXIT_CLOSED = 0  # closed by the scheduler, retired, or stopped by a signal: a clean end
-EXIT_FAILED = 1  # could not start
-EXIT_SCHEDULER_LOST = 4  # the scheduler went away without closing the worker
-
-
-_PR_SET_PDEATHSIG = 1
-
-
-def die_with_parent(sig: int, parent: int) -> None:
-    """Have Linux send ``sig`` to this process when ``parent`` (its rank) dies.
-
-    Without it a rank killed with SIGKILL (OOM killer, a launcher's kill) leaves its scheduler
-    or workers running, orphaned, until the job ends. Call it in the child, right after fork.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
-    except (OSError, AttributeError):  # not Linux: best effort
-        return
-    if os.getppid() != parent:  # the rank died before prctl took effect
-        os.kill(os.getpid(), sig)
-
-
-def fork(target: Callable[..., int], *args: Any) -> int:
-    """Run ``target(*args)`` in a forked child that dies with this process; return its pid."""
-    parent = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
-    code = EXIT_FAILED
-    try:
-        die_with_parent(signal.SIGKILL, parent)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        code = target(*args)
-    except BaseException:  # noqa: BLE001 - a child must never return into the parent's code
-        traceback.print_exc()
-    finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
 
 
 def _prepare(spec: ProcessSpec) -> None:

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import nannies, processes, roster, security
+from . import children, nanny_host, processes, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
@@ -53,56 +53,43 @@ def _shell_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
-def run(plan: Plan) -> int:
+def run(plan: Plan, host: nanny_host.NannyHost | None = None) -> int:
+    """Run this rank: ``host``, its nanny host if ``nanny_host.start`` already forked it."""
     for note in plan.notes:
         say(note)
-    if plan.runs_scheduler:
-        return FirstRank(plan).run()
-    return WorkerRank(plan).run()
+    rank = FirstRank if plan.runs_scheduler else WorkerRank
+    return rank(plan, host).run()
 
 
 class Rank:
     """What every rank does: start its workers, see them end, stop them on request."""
 
-    def __init__(self, plan: Plan) -> None:
+    def __init__(self, plan: Plan, host: nanny_host.NannyHost | None) -> None:
         self.plan = plan
         self.sup = Supervisor()
+        self.host = host  # forked before Dask was imported (cli.main); it waits for the address
+        self._host_released = False
+        if host is not None:
+            self.sup.add(host.spec, host.pid)
         self.stopping = False
         self.scheduler_lost = False
         self.closed_by_scheduler = False
         self.workers_failed = False
-        self._host_pipe: int | None = None  # to the nanny host, until it has the address
-
-    def prepare_workers(self) -> None:
-        """Fork the nanny host now: its forkserver imports Dask while the scheduler starts.
-
-        The host waits on a pipe for the scheduler's address (``start_workers``); it exits
-        when the pipe closes before that.
-        """
-        specs = self._worker_specs()
-        if not specs or not specs[0].options["nanny"]:
-            return
-        read_fd, self._host_pipe = os.pipe()
-        host = ProcessSpec("nannies", f"nannies of rank {self.plan.rank.rank}", {})
-        self.sup.add(host, processes.fork(nannies.serve, specs, read_fd, self._host_pipe))
-        os.close(read_fd)
 
     def start_workers(self, address: str, tls: security.TlsFiles | None) -> None:
         """Send the nanny host the scheduler's address, or fork plain workers (--no-nanny)."""
-        if self._host_pipe is not None:
-            env = security.tls_env(tls) if tls else {}
-            message = json.dumps({"address": address, "env": env}) + "\n"
-            os.write(self._host_pipe, message.encode())
+        if self.host is not None:
+            nanny_host.send_start(self.host, address, security.tls_env(tls) if tls else {})
             self.release_host()
             return
         for spec in self._worker_specs():
-            self.sup.add(spec, processes.fork(processes.worker_main, spec, address))
+            self.sup.add(spec, children.fork(processes.worker_main, spec, address))
 
     def release_host(self) -> None:
         """Close the pipe to the nanny host: a host still waiting on it exits."""
-        if self._host_pipe is not None:
-            os.close(self._host_pipe)
-            self._host_pipe = None
+        if self.host is not None and not self._host_released:
+            os.close(self.host.pipe)
+            self._host_released = True
 
     def _worker_specs(self) -> list[ProcessSpec]:
         return [spec for spec in self.plan.processes if spec.role == "worker"]
@@ -111,13 +98,13 @@ class Rank:
         """A nanny host or a ``--no-nanny`` worker ended: note why."""
         code = exit_status(status)
         what = f"worker {child.spec.name}" if child.spec.role == "worker" else child.spec.name
-        if code == processes.EXIT_CLOSED:
+        if code == children.EXIT_CLOSED:
             if not self.stopping:
                 self.closed_by_scheduler = True
-        elif code == processes.EXIT_SCHEDULER_LOST:
+        elif code == children.EXIT_SCHEDULER_LOST:
             self.scheduler_lost = True
         elif not self.stopping:
-            if code == processes.EXIT_FAILED:
+            if code == children.EXIT_FAILED:
                 self.workers_failed = True
             elif code < 0:
                 say(f"{what} was killed by signal {-code}: its workers are gone")
@@ -133,8 +120,8 @@ class Rank:
 class FirstRank(Rank):
     """Rank 0: scheduler, its own workers, readiness, COMMAND, and the shutdown of all."""
 
-    def __init__(self, plan: Plan) -> None:
-        super().__init__(plan)
+    def __init__(self, plan: Plan, host: nanny_host.NannyHost | None) -> None:
+        super().__init__(plan, host)
         self.info: SchedulerInfo | None = None
         self.workers: dict[str, str] = {}  # address -> name
         self._buffer = b""
@@ -170,6 +157,8 @@ class FirstRank(Rank):
         try:
             tls = self.prepare_directory()
         except OSError as error:
+            self.release_host()  # the nanny host, waiting for an address, exits
+            self.sup.wait_all(10)
             raise UsageError(
                 f"cannot prepare {plan.cluster_dir}: {error.strerror}",
                 "pass --scheduler-file in a writable shared directory",
@@ -180,9 +169,8 @@ class FirstRank(Rank):
         self.started: dict | None = None
         self.sup.watch(read_fd, self._on_events)
         spec = self.scheduler_spec
-        self.sup.add(spec, processes.fork(processes.scheduler_main, spec, write_fd))
+        self.sup.add(spec, children.fork(processes.scheduler_main, spec, write_fd))
         os.close(write_fd)
-        self.prepare_workers()
         try:
             return self._serve(tls)
         finally:
@@ -268,7 +256,7 @@ class FirstRank(Rank):
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
             self.command = subprocess.Popen(
                 plan.command,
-                preexec_fn=lambda: processes.die_with_parent(signal.SIGTERM, parent),
+                preexec_fn=lambda: children.die_with_parent(signal.SIGTERM, parent),
             )
         return self._until_done()
 
@@ -415,7 +403,6 @@ class WorkerRank(Rank):
     def run(self) -> int:
         plan = self.plan
         try:
-            self.prepare_workers()
             info = self.wait_for_scheduler()
             if info is None:
                 if self.sup.signals:
@@ -472,13 +459,13 @@ class WorkerRank(Rank):
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
         if self.rank0_lost:
-            return processes.EXIT_SCHEDULER_LOST
+            return children.EXIT_SCHEDULER_LOST
         if self.scheduler_lost and not self.stopping:
             say(
                 f"error: lost the scheduler at {info.address} (rank 0 or its node died?): "
                 "workers stopped"
             )
-            return processes.EXIT_SCHEDULER_LOST
+            return children.EXIT_SCHEDULER_LOST
         if self.sup.signals and not self.closed_by_scheduler:
             return 128 + self.sup.signals[0]
         return 0  # closed by the scheduler: a signal after that is the launcher tidying up

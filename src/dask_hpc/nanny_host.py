@@ -1,0 +1,115 @@
+"""The nanny host: the process that holds a rank's Nannies, forked before the rank imports Dask.
+
+The rank forks it as soon as its plan is made. The host starts multiprocessing's forkserver
+(which imports Dask once for every worker), then imports ``distributed`` itself, while the rank
+imports it too and starts the scheduler: three imports side by side instead of one after the
+other. It then waits on a pipe for the scheduler's address and runs ``nannies.run``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import multiprocessing.forkserver
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import dask.config
+import yaml
+
+from .children import EXIT_CLOSED, fork
+from .plan import Plan, ProcessSpec, shared_env
+
+
+@dataclass(frozen=True)
+class NannyHost:
+    """A forked nanny host: its pid, and the pipe that will carry the scheduler's address."""
+
+    pid: int
+    pipe: int
+    spec: ProcessSpec
+
+
+def start(plan: Plan) -> NannyHost | None:
+    """Fork this rank's nanny host (None: no workers here, or ``--no-nanny``)."""
+    specs = [spec for spec in plan.processes if spec.role == "worker"]
+    if not specs or not specs[0].options["nanny"]:
+        return None
+    read_fd, write_fd = os.pipe()
+    pid = fork(serve, specs, read_fd, write_fd)
+    os.close(read_fd)
+    spec = ProcessSpec("nannies", f"nannies of rank {plan.rank.rank}", {})
+    return NannyHost(pid, write_fd, spec)
+
+
+def send_start(host: NannyHost, address: str, env: dict[str, str]) -> None:
+    """Give the host the scheduler's address and the cluster's TLS settings."""
+    message = json.dumps({"address": address, "env": env}) + "\n"
+    try:
+        os.write(host.pipe, message.encode())
+    except BrokenPipeError:  # the host already ended: the rank hears why from its exit status
+        pass
+
+
+def _distributed_defaults() -> dict[str, Any]:
+    """distributed.yaml, read without importing distributed (which takes ~0.4 s)."""
+    spec = importlib.util.find_spec("distributed")
+    assert spec is not None and spec.submodule_search_locations
+    path = Path(spec.submodule_search_locations[0]) / "distributed.yaml"
+    return yaml.safe_load(path.read_text())
+
+
+def start_forkserver() -> None:
+    """Start the forkserver every worker of this rank is forked from.
+
+    The forkserver keeps the environment it started with and imports numpy once for all
+    workers, so what must be set before numpy or a GPU runtime loads (Dask's
+    ``pre-spawn-environ``: OMP_NUM_THREADS=1, ...; RAPIDS_NO_INITIALIZE) is set first.
+    """
+    pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default=None)
+    if pre_spawn is None:  # distributed not imported yet: its defaults, as it loads them
+        pre_spawn = _distributed_defaults()["distributed"]["nanny"]["pre-spawn-environ"]
+        pre_spawn.update(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
+    os.environ.update({k: os.environ.get(k, str(v)) for k, v in pre_spawn.items() if v is not None})
+    # In the environment, so that it holds through every dask.config.refresh() after this.
+    os.environ["DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"] = "forkserver"
+    dask.config.refresh()
+    multiprocessing.forkserver.set_forkserver_preload(["dask_hpc.zygote"])
+    multiprocessing.forkserver.ensure_running()  # it imports while this process goes on
+
+
+def _wait_for_start(pipe: int) -> dict[str, Any] | None:
+    """The rank's message once its scheduler is known (None: the pipe closed before)."""
+    with os.fdopen(pipe, "rb") as f:
+        line = f.readline()
+    return json.loads(line) if line.endswith(b"\n") else None
+
+
+def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
+    """The nanny host's main: start the forkserver at once, then, given the scheduler's
+    address on ``pipe``, this rank's workers; run until every one has closed.
+
+    ``rank_end``: the pipe's write end, inherited through the fork; closed here, or the pipe
+    would never report the rank's end of it.
+    """
+    os.close(rank_end)
+    os.setpgid(0, 0)  # a terminal's Ctrl-C reaches the rank, which closes the workers in order
+    env = shared_env(specs)
+    if specs[0].options["worker_class"] == "dask_cuda":
+        # As `dask cuda worker` sets it: no CUDA context before CUDA_VISIBLE_DEVICES is set.
+        env["RAPIDS_NO_INITIALIZE"] = "True"
+    os.environ.update(env)
+    dask.config.refresh()
+    start_forkserver()
+    # Imported only now, beside the forkserver's own import: nannies imports distributed.
+    from . import nannies
+
+    nannies.skip_preload_imports()
+    start = _wait_for_start(pipe)
+    if start is None:
+        return EXIT_CLOSED
+    os.environ.update(start["env"])  # the cluster's TLS settings
+    dask.config.refresh()
+    return nannies.run(specs, start["address"])
