@@ -40,8 +40,16 @@ def test_sites_table(invoke) -> None:
     result = invoke("sites")
     assert result.returncode == 0, result.stderr
     rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:]}
-    assert set(rows) == {"aurora", "deepops", "frontier", "local", "perlmutter", "polaris",
-                         "summit", "thetagpu"}
+    assert set(rows) == {
+        "aurora",
+        "deepops",
+        "frontier",
+        "local",
+        "perlmutter",
+        "polaris",
+        "summit",
+        "thetagpu",
+    }
     assert "lsf" in rows["summit"] and "jsrun" in rows["summit"]
     assert "nvidia/cuda:12.4.1-devel-ubi8" in rows["summit"] and "power9le" in rows["summit"]
     assert "pbs" in rows["aurora"] and "6 intel" in rows["aurora"] and "oneapi" in rows["aurora"]
@@ -70,13 +78,28 @@ def _one_line_error(result, expected: str) -> None:
 
 def test_unknown_site_is_one_line(invoke) -> None:
     _one_line_error(invoke("build", "--site", "nowhere"), "unknown site 'nowhere'")
-    _one_line_error(invoke("job", "--site", "nowhere", "--nodes", "1", "--", "x"),
-                    "unknown site 'nowhere'")
+    _one_line_error(
+        invoke("job", "--site", "nowhere", "--nodes", "1", "--", "x"), "unknown site 'nowhere'"
+    )
 
 
-def test_foreign_architecture_is_one_line(invoke) -> None:
-    _one_line_error(invoke("build", "--site", "summit", "--dry-run"),
-                    "a ppc64le image cannot be built on this x86_64 host")
+def test_foreign_architecture_dry_run_prints_the_plan_with_a_warning(invoke) -> None:
+    """A user on x86_64 can see the commands they will run on the ppc64le machine."""
+    result = invoke("build", "--site", "summit", "--dry-run", "--output", "/tmp/x/summit.sif")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "warning: a ppc64le image cannot be built on this x86_64 host: build it on a ppc64le "
+        "machine (see containers/README.md)"
+    ]
+    assert result.stdout.splitlines()[-1].startswith("apptainer build --fakeroot ")
+    assert result.stdout.splitlines()[-1].endswith(" /tmp/x/summit.sif containers/summit.def")
+
+
+def test_foreign_architecture_real_build_is_one_line(invoke, tmp_path: Path) -> None:
+    _one_line_error(
+        invoke("build", "--site", "summit", "--output", str(tmp_path / "s.sif")),
+        "a ppc64le image cannot be built on this x86_64 host",
+    )
 
 
 def test_missing_apptainer_is_one_line(invoke, tagged_env, tmp_path: Path) -> None:
@@ -87,18 +110,21 @@ def test_missing_apptainer_is_one_line(invoke, tagged_env, tmp_path: Path) -> No
 
 
 def test_bad_numbers_are_one_line(invoke) -> None:
-    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "two", "--", "x"),
-                    "--nodes takes a whole number")
-    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1", "--walltime", "1:75",
-                           "--", "x"), "bad walltime")
+    _one_line_error(
+        invoke("job", "--site", "polaris", "--nodes", "two", "--", "x"),
+        "--nodes takes a whole number",
+    )
+    _one_line_error(
+        invoke("job", "--site", "polaris", "--nodes", "1", "--walltime", "1:75", "--", "x"),
+        "bad walltime",
+    )
     _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1"), "no command to run")
 
 
 def test_existing_image_is_not_overwritten(invoke, tmp_path: Path) -> None:
     out = tmp_path / "keep.sif"
     out.write_text("precious")
-    _one_line_error(invoke("build", "--site", "local", "--dry-run", "--output", str(out)),
-                    "exists")
+    _one_line_error(invoke("build", "--site", "local", "--dry-run", "--output", str(out)), "exists")
     assert out.read_text() == "precious"
 
 
