@@ -1,4 +1,7 @@
-"""Developer tasks (invoke): images, batch scripts, lint, tests. Logic lives in dask_hpc.deploy."""
+"""Developer tasks (invoke): images, batch scripts, lint, tests.
+
+Logic lives in dask_hpc_deploy (deploy/, installed with `python3 -m pip install -e ./deploy`).
+"""
 
 from __future__ import annotations
 
@@ -50,8 +53,8 @@ def build(
     c: Context, site: str, output: str = "", dry_run: bool = False, force: bool = False
 ) -> None:
     """Validate a site's Apptainer definition, then build its image with apptainer."""
-    from dask_hpc.deploy import build as builder
-    from dask_hpc.deploy.targets import load_target
+    from dask_hpc_deploy import build as builder
+    from dask_hpc_deploy.targets import load_target
 
     plan = builder.plan(
         load_target(site),
@@ -73,11 +76,12 @@ def build(
 @task
 @one_line_errors
 def sites(c: Context) -> None:
-    """Table of sites: batch system, launcher, GPUs, base image, Spack target."""
-    from dask_hpc.deploy.targets import all_targets
+    """Table of sites: batch system, launcher, GPUs, base image, Spack target, retired."""
     from dask_hpc.sites import all_sites
+    from dask_hpc_deploy.targets import all_targets
 
-    rows = [("site", "batch", "launcher", "GPUs/node", "base image", "spack target")]
+    header = ("site", "batch", "launcher", "GPUs/node", "base image", "spack target", "status")
+    rows = [header]
     for name, target in all_targets().items():
         site = all_sites().get(name)
         gpus = "-"
@@ -92,6 +96,7 @@ def sites(c: Context) -> None:
                 gpus,
                 str(target.build.get("base_image")),
                 str(target.build.get("spack_target", "-")),
+                f"retired {site.retired}" if site and site.retired else "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -130,8 +135,8 @@ def job(
     output: str = "",
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
-    from dask_hpc.deploy.jobscript import JobRequest, render
-    from dask_hpc.deploy.targets import load_target
+    from dask_hpc_deploy.jobscript import JobRequest, render
+    from dask_hpc_deploy.targets import load_target
 
     target = load_target(site)
     req = JobRequest(
@@ -158,9 +163,9 @@ def job(
 @task(help={"check": "only check that the committed definitions are up to date"})
 @one_line_errors
 def definitions(c: Context, check: bool = False) -> None:
-    """Render containers/SITE.def for every target from the template and site data."""
-    from dask_hpc.deploy.definitions import definition_path, render
-    from dask_hpc.deploy.targets import all_targets
+    """Render containers/SITE.def for every target from the template and containers/SITE.yaml."""
+    from dask_hpc_deploy.definitions import definition_path, render
+    from dask_hpc_deploy.targets import all_targets
 
     stale = []
     for target in all_targets().values():
@@ -179,8 +184,8 @@ def definitions(c: Context, check: bool = False) -> None:
 @task
 @one_line_errors
 def lint(c: Context) -> None:
-    """Lint definitions (Apptainer grammar + policy), Spack environments, Ansible, Python."""
-    from dask_hpc.deploy.lint import lint_all
+    """Lint definitions (up to date), Spack environments (policy), Ansible, Python."""
+    from dask_hpc_deploy.lint import lint_all
 
     lint_all(c, REPO)
 

@@ -47,6 +47,7 @@ def test_sites_table(invoke) -> None:
         "local",
         "perlmutter",
         "polaris",
+        "sophia",
         "summit",
         "thetagpu",
     }
@@ -56,6 +57,10 @@ def test_sites_table(invoke) -> None:
     assert "cobalt" in rows["thetagpu"] and "openmpi" in rows["thetagpu"]
     assert "rocm/" in rows["frontier"] and "8 amd" in rows["frontier"]
     assert "detected nvidia" in rows["deepops"]
+    assert "pbs" in rows["sophia"] and "openmpi" in rows["sophia"] and "8 nvidia" in rows["sophia"]
+    retired = {name for name, row in rows.items() if "retired" in row}
+    assert retired == {"summit", "thetagpu"}
+    assert rows["summit"].endswith("retired 2024-11-15")
 
 
 def test_dry_run_prints_the_exact_build_command(invoke) -> None:
@@ -134,9 +139,9 @@ def test_definitions_are_up_to_date(invoke) -> None:
 
 
 def test_build_refuses_a_stale_definition(tmp_path: Path) -> None:
-    from dask_hpc.deploy import build
-    from dask_hpc.deploy.targets import load_target
     from dask_hpc.errors import UsageError
+    from dask_hpc_deploy import build
+    from dask_hpc_deploy.targets import load_target
 
     (tmp_path / "containers").mkdir()
     text = (REPO / "containers" / "local.def").read_text()
@@ -152,14 +157,15 @@ def test_lint_passes_on_the_repository(invoke) -> None:
         assert f"{name}: ok" in result.stdout
 
 
-def test_lint_reports_a_broken_definition(tmp_path: Path) -> None:
-    from dask_hpc.deploy.lint import lint_definitions
+def test_lint_reports_a_stale_or_orphan_definition(tmp_path: Path) -> None:
+    from dask_hpc_deploy.lint import lint_definitions
 
     shutil.copytree(REPO / "containers", tmp_path / "containers")
     path = tmp_path / "containers" / "frontier.def"
     path.write_text(path.read_text().replace("%labels", "%label"))
     (tmp_path / "containers" / "extra.def").write_text("Bootstrap: docker\n\n%post\n    true\n")
+    (tmp_path / "containers" / "aurora.def").unlink()
     problems = "\n".join(lint_definitions(tmp_path))
-    assert "frontier.def: out of date" in problems
-    assert "frontier.def: line" in problems and "invalid section %label" in problems
-    assert "extra.def: line 1: Bootstrap: docker needs a from header" in problems
+    assert "containers/frontier.def: out of date" in problems
+    assert "containers/extra.def: no build data containers/extra.yaml" in problems
+    assert "containers/aurora.def: missing" in problems

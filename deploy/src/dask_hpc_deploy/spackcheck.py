@@ -1,14 +1,15 @@
 """Structural checks of dask-hpc's Spack environments, without Spack.
 
 CI has no Spack, so this module reads the environment files, the project's
-package recipes (with :mod:`ast`, never importing them) and the site profiles,
-and reports every inconsistency it finds: a site environment that does not
+package recipes (with :mod:`ast`, never importing them), the build data
+(``containers/<site>.yaml``) and the site profiles, and reports every policy
+inconsistency it finds: a site environment that does not
 include the common stack, version pins that disagree with ``pyproject.toml``,
 a target or GPU architecture that is not the site's, a package name Spack does
 not know, and so on. Real concretization is a developer check:
 ``spack/check-concretize.sh``.
 
-Run ``python -m dask_hpc.deploy.spackcheck [REPO_ROOT]``; it exits 1 on problems.
+Run ``python -m dask_hpc_deploy.spackcheck [REPO_ROOT]``; it exits 1 on problems.
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ from typing import Any
 
 import yaml
 
-#: Spack environment directory name -> site profile name (src/dask_hpc/sites/).
-SITE_ENVS: dict[str, str] = {
-    "summit": "summit",
-    "thetagpu": "thetagpu",
-    "polaris": "polaris",
-    "perlmutter": "perlmutter",
-    "frontier": "frontier",
-    "deepops": "deepops",
-    "aurora": "aurora",
-    "local": "generic",
-}
+#: The environments: one per build target (``containers/<name>.yaml``), same name.
+SITE_ENVS: tuple[str, ...] = (
+    "aurora",
+    "deepops",
+    "frontier",
+    "local",
+    "perlmutter",
+    "polaris",
+    "sophia",
+    "summit",
+    "thetagpu",
+)
 
 #: Packages every environment gets from spack/common.yaml's ``dask_stack``.
 STACK = ("py-dask-hpc", "py-dask", "py-distributed", "py-bokeh", "py-numpy")
@@ -48,7 +50,7 @@ VIRTUALS = frozenset({"all", "c", "cxx", "fortran", "mpi", "blas", "lapack"})
 PPC64LE_MAX_CUDA = (12, 4)
 
 #: NVIDIA x86_64 sites: dask-cuda from PyPI on top of the Spack environment.
-DASK_CUDA_ENVS = ("thetagpu", "polaris", "perlmutter", "deepops")
+DASK_CUDA_ENVS = ("thetagpu", "sophia", "polaris", "perlmutter", "deepops")
 
 #: dask-cuda 26.10 requires Python >= 3.11 and NumPy 2 (its wheel's metadata).
 DASK_CUDA_MIN_PYTHON = (3, 11)
@@ -544,7 +546,7 @@ def check_site_env(
     ]
     if targets != [build.get("spack_target")]:
         problems.append(
-            f"{where}: packages:all:require target {targets}, site yaml says "
+            f"{where}: packages:all:require target {targets}, build data says "
             f"spack_target {build.get('spack_target')!r}"
         )
     host_compat = ((env.get("concretizer") or {}).get("targets") or {}).get("host_compatible")
@@ -638,8 +640,7 @@ def check_site_env(
                 problems.append(f"{path}: must list {name} (not in Spack, installed from PyPI)")
             elif py is not None and name in py["full"] and reqs[name] != py["full"][name]:
                 problems.append(
-                    f"{path}: {reqs[name]!r} differs from pyproject.toml's "
-                    f"{py['full'][name]!r}"
+                    f"{path}: {reqs[name]!r} differs from pyproject.toml's {py['full'][name]!r}"
                 )
     for stale in sorted(env_dir.glob("pypi*.txt")):
         if stale.name not in PYPI_EXTRAS.get(env_name, {}):
@@ -700,8 +701,7 @@ def check_no_urls(root: Path) -> list[str]:
         if p.is_file()
         # caches of tools (ruff, Python) are not ours to check
         and not any(
-            part.startswith(".") or part == "__pycache__"
-            for part in p.relative_to(spack_dir).parts
+            part.startswith(".") or part == "__pycache__" for part in p.relative_to(spack_dir).parts
         )
     )
     for path in paths:
@@ -711,6 +711,14 @@ def check_no_urls(root: Path) -> list[str]:
             if _URL.search(line):
                 problems.append(f"{path}:{num}: contains a URL; name no download hosts")
     return problems
+
+
+def site_data(root: Path, name: str) -> dict[str, Any]:
+    """Site profile ``name`` (``{"name": name}`` for local) with ``containers/<name>.yaml``."""
+    profile = root / "src" / "dask_hpc" / "sites" / f"{name}.yaml"
+    site = dict(load_yaml(profile) or {}) if profile.is_file() else {"name": name}
+    site["build"] = load_yaml(root / "containers" / f"{name}.yaml") or {}
+    return site
 
 
 def check(root: Path) -> None:
@@ -735,14 +743,18 @@ def check(root: Path) -> None:
         problems.append(f"{known_path}: missing or empty")
     envs_dir = root / "spack" / "envs"
     present = {p.name for p in envs_dir.iterdir() if p.is_dir()} if envs_dir.is_dir() else set()
+    targets = {p.stem for p in (root / "containers").glob("*.yaml")}
+    if targets != set(SITE_ENVS):
+        problems.append(
+            f"{root}/containers: build targets {sorted(targets)} are not the environments "
+            f"{sorted(SITE_ENVS)}"
+        )
     for missing in sorted(set(SITE_ENVS) - present):
         problems.append(f"{envs_dir}/{missing}/spack.yaml: missing")
     for extra in sorted(present - set(SITE_ENVS)):
         problems.append(f"{envs_dir}/{extra}: not a known site environment ({sorted(SITE_ENVS)})")
-    for env_name in sorted(set(SITE_ENVS) & present):
-        site_path = root / "src" / "dask_hpc" / "sites" / f"{SITE_ENVS[env_name]}.yaml"
-        site = load_yaml(site_path)
-        problems += check_site_env(root, env_name, site, known, py)
+    for env_name in sorted(set(SITE_ENVS) & present & targets):
+        problems += check_site_env(root, env_name, site_data(root, env_name), known, py)
     problems += check_names(root, known, ours)
     problems += check_no_urls(root)
     if problems:
