@@ -203,7 +203,7 @@ def _frontier_wrong_gpu(r: Path) -> None:
 
 
 def _frontier_rocm_mismatch(r: Path) -> None:
-    edit(r / ENVS / "frontier" / "spack.yaml", "hip@6.2.4", "hip@6.4.0")
+    edit(r / ENVS / "frontier" / "spack.yaml", "hip@7.0.2", "hip@7.0.0")
 
 
 def _unknown_package(r: Path) -> None:
@@ -325,7 +325,7 @@ def _broken_yaml(r: Path) -> None:
         (_summit_root_target, "no root spec names target=power9le"),
         (_summit_external_target, "external 'glibc@2.28' lacks target=power9le"),
         (_frontier_wrong_gpu, "py-cupy must require +rocm amdgpu_target=gfx90a"),
-        (_frontier_rocm_mismatch, "ROCm external 'hip@6.4.0' differs from the base image"),
+        (_frontier_rocm_mismatch, "ROCm external 'hip@7.0.0' differs from the base image"),
         (_unknown_package, "unknown package 'py-dpnp'"),
         (_aurora_no_dpnp, "must list dpnp"),
         (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
