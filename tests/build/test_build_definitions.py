@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REPO
+from build_support import REPO
 
 from dask_hpc_deploy.build import build_args
 from dask_hpc_deploy.definitions import render, spack_pins
