@@ -1,4 +1,7 @@
-"""Developer tasks (invoke): images, batch scripts, lint, tests. Logic lives in dask_hpc.deploy."""
+"""Developer tasks (invoke): images, batch scripts, lint, tests.
+
+Logic lives in dask_hpc_deploy (deploy/, installed with `python3 -m pip install -e ./deploy`).
+"""
 
 from __future__ import annotations
 
@@ -37,21 +40,31 @@ def _count(option: str, value: str | int) -> int:
         raise UsageError(f"--{option} takes a whole number, not {value!r}") from None
 
 
-@task(help={
-    "site": "build target: a site name (invoke sites) or local",
-    "output": "image file to write (default: dask-hpc-SITE.sif)",
-    "dry_run": "validate and print the exact commands, run nothing",
-    "force": "overwrite an existing image",
-})
+@task(
+    help={
+        "site": "build target: a site name (invoke sites) or local",
+        "output": "image file to write (default: dask-hpc-SITE.sif)",
+        "dry_run": "validate and print the exact commands, run nothing",
+        "force": "overwrite an existing image",
+    }
+)
 @one_line_errors
-def build(c: Context, site: str, output: str = "", dry_run: bool = False,
-          force: bool = False) -> None:
+def build(
+    c: Context, site: str, output: str = "", dry_run: bool = False, force: bool = False
+) -> None:
     """Validate a site's Apptainer definition, then build its image with apptainer."""
-    from dask_hpc.deploy import build as builder
-    from dask_hpc.deploy.targets import load_target
+    from dask_hpc_deploy import build as builder
+    from dask_hpc_deploy.targets import load_target
 
-    plan = builder.plan(load_target(site), REPO, Path(output) if output else None, force=force,
-                        check_tools=not dry_run)
+    plan = builder.plan(
+        load_target(site),
+        REPO,
+        Path(output) if output else None,
+        force=force,
+        check_tools=not dry_run,
+    )
+    for warning in plan.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if dry_run:
         for step in plan.steps:
             print(step)
@@ -63,57 +76,81 @@ def build(c: Context, site: str, output: str = "", dry_run: bool = False,
 @task
 @one_line_errors
 def sites(c: Context) -> None:
-    """Table of sites: batch system, launcher, GPUs, base image, Spack target."""
-    from dask_hpc.deploy.targets import all_targets
+    """Table of sites: batch system, launcher, GPUs, base image, Spack target, retired."""
     from dask_hpc.sites import all_sites
+    from dask_hpc_deploy.targets import all_targets
 
-    rows = [("site", "batch", "launcher", "GPUs/node", "base image", "spack target")]
+    header = ("site", "batch", "launcher", "GPUs/node", "base image", "spack target", "status")
+    rows = [header]
     for name, target in all_targets().items():
         site = all_sites().get(name)
         gpus = "-"
         if site and site.gpu_vendor:
             count = site.gpu_count if site.gpu_count is not None else "detected"
             gpus = f"{count} {site.gpu_vendor}"
-        rows.append((
-            name,
-            site.batch_system if site else "-",
-            site.launcher if site else "-",
-            gpus,
-            str(target.build.get("base_image")),
-            str(target.build.get("spack_target", "-")),
-        ))
+        rows.append(
+            (
+                name,
+                site.batch_system if site else "-",
+                site.launcher if site else "-",
+                gpus,
+                str(target.build.get("base_image")),
+                str(target.build.get("spack_target", "-")),
+                f"retired {site.retired}" if site and site.retired else "-",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-@task(help={
-    "site": "site whose batch system and launcher to use",
-    "nodes": "number of nodes",
-    "workers_per_node": "workers (ranks) per node (default: GPUs per node, else 1)",
-    "worker_type": "cpu or gpu (default: gpu where the site has GPUs)",
-    "walltime": "HH:MM:SS (default 01:00:00)",
-    "account": "project to charge",
-    "queue": "queue or partition",
-    "image": "path of the image on the site (default: dask-hpc-SITE.sif)",
-    "job_name": "job name (default dask-hpc)",
-    "log": "job log file (default: the batch system's usual name)",
-    "output": "write the script here instead of stdout",
-})
+@task(
+    help={
+        "site": "site whose batch system and launcher to use",
+        "nodes": "number of nodes",
+        "workers_per_node": "workers (ranks) per node (default: GPUs per node, else 1)",
+        "worker_type": "cpu or gpu (default: gpu where the site has GPUs)",
+        "walltime": "HH:MM:SS (default 01:00:00)",
+        "account": "project to charge",
+        "queue": "queue or partition",
+        "image": "path of the image on the site (default: dask-hpc-SITE.sif)",
+        "job_name": "job name (default dask-hpc)",
+        "log": "job log file (default: the batch system's usual name)",
+        "output": "write the script here instead of stdout",
+    }
+)
 @one_line_errors
-def job(c: Context, site: str, nodes: str, workers_per_node: int = 0, worker_type: str = "",
-        walltime: str = "01:00:00", account: str = "", queue: str = "", image: str = "",
-        job_name: str = "dask-hpc", log: str = "", output: str = "") -> None:
+def job(
+    c: Context,
+    site: str,
+    nodes: str,
+    workers_per_node: int = 0,
+    worker_type: str = "",
+    walltime: str = "01:00:00",
+    account: str = "",
+    queue: str = "",
+    image: str = "",
+    job_name: str = "dask-hpc",
+    log: str = "",
+    output: str = "",
+) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
-    from dask_hpc.deploy.jobscript import JobRequest, render
-    from dask_hpc.deploy.targets import load_target
+    from dask_hpc_deploy.jobscript import JobRequest, render
+    from dask_hpc_deploy.targets import load_target
 
     target = load_target(site)
     req = JobRequest(
-        site=site, nodes=_count("nodes", nodes), command=shlex.split(c.remainder),
-        workers_per_node=workers_per_node or None, worker_type=worker_type or None,
-        walltime=walltime, account=account or None, queue=queue or None,
-        image=image or None, job_name=job_name, output=log or None,
+        site=site,
+        nodes=_count("nodes", nodes),
+        command=shlex.split(c.remainder),
+        workers_per_node=workers_per_node or None,
+        worker_type=worker_type or None,
+        walltime=walltime,
+        account=account or None,
+        queue=queue or None,
+        image=image or None,
+        job_name=job_name,
+        output=log or None,
     )
     text = render(req, target)
     if output:
@@ -126,9 +163,9 @@ def job(c: Context, site: str, nodes: str, workers_per_node: int = 0, worker_typ
 @task(help={"check": "only check that the committed definitions are up to date"})
 @one_line_errors
 def definitions(c: Context, check: bool = False) -> None:
-    """Render containers/SITE.def for every target from the template and site data."""
-    from dask_hpc.deploy.definitions import definition_path, render
-    from dask_hpc.deploy.targets import all_targets
+    """Render containers/SITE.def for every target from the template and containers/SITE.yaml."""
+    from dask_hpc_deploy.definitions import definition_path, render
+    from dask_hpc_deploy.targets import all_targets
 
     stale = []
     for target in all_targets().values():
@@ -147,8 +184,8 @@ def definitions(c: Context, check: bool = False) -> None:
 @task
 @one_line_errors
 def lint(c: Context) -> None:
-    """Lint definitions (Apptainer grammar + policy), Spack environments, Ansible, Python."""
-    from dask_hpc.deploy.lint import lint_all
+    """Lint definitions (up to date), Spack environments (policy), Ansible, Python."""
+    from dask_hpc_deploy.lint import lint_all
 
     lint_all(c, REPO)
 

@@ -47,6 +47,18 @@ bootstrap:
 YAML
 "$SPACK_PYTHON" -c 'import clingo' || { echo "python module clingo missing" >&2; exit 2; }
 
+# The environments are checked with the one Spack release and spack-packages commit that the
+# image builds use (spack/pins.yaml); ANY_COMMIT=1 allows others (results then do not count).
+want_spack="$(sed -n 's/^spack: *v\{0,1\}\([0-9.]*\).*/\1/p' "$here/pins.yaml")"
+want_packages="$(sed -n 's/^spack_packages: *\([0-9a-f]*\).*/\1/p' "$here/pins.yaml")"
+have_spack="$("$spack_dir/bin/spack" --version | cut -d' ' -f1)"
+have_packages="$(git -C "$packages_dir" rev-parse HEAD 2>/dev/null || echo unknown)"
+if [ "$have_spack" != "$want_spack" ] || [ "$have_packages" != "$want_packages" ]; then
+  echo "spack $have_spack with spack-packages $have_packages; spack/pins.yaml says" \
+    "$want_spack with $want_packages" >&2
+  [ "${ANY_COMMIT:-0}" = 1 ] || exit 2
+fi
+
 # Environments are copied so that Spack's lock files and .spack-env stay out of the
 # source tree; the copy keeps the layout the relative paths need.
 cp -r "$here/common.yaml" "$here/include" "$here/repo" "$work/"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from harness.emulate import emulated_jsrun, emulated_pals
-from harness.mpi import mpich, openmpi
+from harness.mpi import mpich, openmpi, openmpi_nodes
 from support import probe, probe_result, start_cluster
 
 LOOPBACK = ["--interface", "lo", "--local-directory"]
@@ -207,3 +207,34 @@ def test_emulated_cobalt_thetagpu_mpirun(run_cmd, cluster_env, tmp_path: Path) -
     out = check(result, 3)
     devices = {name: w["env"]["CUDA_VISIBLE_DEVICES"] for name, w in out["workers"].items()}
     assert devices == {"0": "0", "1": "1", "2": "2"}
+
+
+@pytest.mark.mpi
+def test_emulated_pbs_sophia_openmpi_mpiexec(run_cmd, cluster_env, tmp_path: Path) -> None:
+    """EMULATED PBS job on two Sophia nodes (PBS_* variables, a $PBS_NODEFILE of made-up
+    sophia-gpu-* hosts) around a real Open MPI mpiexec over that hostfile, 2 ranks per node,
+    as `invoke job --site sophia` writes it; the site is detected from PBS_O_HOST."""
+    nodefile = tmp_path / "pbs-nodefile"
+    nodefile.write_text("sophia-gpu-03\nsophia-gpu-04\n")
+    pbs = [
+        "env",
+        "PBS_JOBID=4242.sophia-pbs-01.lab.alcf.anl.gov",
+        f"PBS_NODEFILE={nodefile}",
+        "PBS_O_HOST=sophia-login-01.lab.alcf.anl.gov",
+        "PBS_QUEUE=by-node",
+    ]
+    result = run_cmd(
+        [
+            *pbs,
+            *openmpi_nodes(2, 2, hostfile=nodefile),
+            *cluster_args(tmp_path, "gpu", "2"),
+            "--",
+            *probe(),
+        ],
+        env=cluster_env,
+        timeout=180,
+    )
+    out = check(result, 4)
+    devices = sorted(w["env"]["CUDA_VISIBLE_DEVICES"] for w in out["workers"].values())
+    assert devices == ["0", "0", "1", "1"]  # one GPU per local rank, per node
+    assert "sophia.alcf.anl.gov" in result.stderr  # the tunnel goes through Sophia's login

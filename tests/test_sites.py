@@ -15,6 +15,7 @@ SITES = sorted(all_sites())
 DETECTED = {
     "summit": ({"LMOD_SYSTEM_NAME": "summit"}, "a01n05"),
     "thetagpu": ({}, "thetagpu11"),
+    "sophia": ({"PBS_O_HOST": "sophia-login-01.hsn.cm.sophia.alcf.anl.gov"}, "sophia-gpu-07"),
     "aurora": ({}, "x4102c3s0b0n0"),
     "polaris": ({}, "x3004c0s7b0n0"),
     "perlmutter": ({"NERSC_HOST": "perlmutter"}, "nid001234"),
@@ -26,6 +27,7 @@ def test_the_expected_profiles_ship() -> None:
     assert set(SITES) >= {
         "summit",
         "thetagpu",
+        "sophia",
         "aurora",
         "polaris",
         "perlmutter",
@@ -39,6 +41,20 @@ def test_the_expected_profiles_ship() -> None:
 def test_site_is_detected(name: str) -> None:
     env, hostname = DETECTED[name]
     assert detect_site(env, hostname).name == name
+
+
+def test_sophia_is_pbs_with_open_mpi_and_eight_a100() -> None:
+    """The former ThetaGPU nodes: PBS and Open MPI's mpiexec, no longer Cobalt."""
+    site = load_site("sophia")
+    assert (site.batch_system, site.launcher) == ("pbs", "openmpi")
+    assert (site.gpu_vendor, site.gpu_count) == ("nvidia", 8)
+    assert site.ssh_hops == ("sophia.alcf.anl.gov",)
+    assert site.retired is None
+    assert detect_site({}, "sophia-gpu-01").name == "sophia"
+
+
+def test_retired_sites_stay_and_say_so() -> None:
+    assert {s.name for s in all_sites().values() if s.retired} == {"summit", "thetagpu"}
 
 
 def test_unknown_machine_is_generic() -> None:

@@ -43,7 +43,7 @@ class Site:
     gpu_tiles: int
     worker_env: Mapping[str, str] = field(default_factory=dict)
     ssh_hops: tuple[str, ...] = ()  # login path (bastion, login node) for the printed tunnel
-    build: Mapping[str, Any] = field(default_factory=dict)
+    retired: str | None = None  # when the machine was retired (its profile stays for its users)
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -85,7 +85,7 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         gpu_tiles=int(gpu.get("tiles") or 1),
         ssh_hops=tuple(data.get("ssh_hops") or ()),
         worker_env={k: str(v) for k, v in (data.get("worker_env") or {}).items()},
-        build=dict(data.get("build") or {}),
+        retired=str(data["retired"]) if data.get("retired") else None,
     )
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_sidroot
+from build_support import REPO, require_sidroot
 
 SETUP = REPO / "tests" / "setup" / "apptainer.sh"
 pytestmark = pytest.mark.apptainer
@@ -26,8 +26,15 @@ def test_setup_names_no_package_archive() -> None:
 
 def test_root_filesystem_sees_host_tmp_and_has_mpich(run_cmd, tmp_path: Path) -> None:
     (tmp_path / "marker").write_text("here\n")
-    result = run_cmd([require_sidroot(), "sh", "-c",
-                      f"cat {tmp_path}/marker; mpiexec --version | head -1; echo $$"], timeout=30)
+    result = run_cmd(
+        [
+            require_sidroot(),
+            "sh",
+            "-c",
+            f"cat {tmp_path}/marker; mpiexec --version | head -1; echo $$",
+        ],
+        timeout=30,
+    )
     lines = result.check().stdout.splitlines()
     assert lines[0] == "here"
     assert "HYDRA" in lines[1] or "mpich" in lines[1].lower()

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, require_apptainer, require_sidroot
+from build_support import REPO, require_apptainer, require_sidroot
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(900)]
 
@@ -37,50 +37,118 @@ def test_labels_environment_and_runscript(run_cmd, local_image: Path) -> None:
     assert re.search(r"^org\.dask-hpc\.version: \d", labels.stdout, re.M)
     env = run_cmd([require_apptainer(), "inspect", "--environment", str(local_image)]).check()
     assert "PYTHONNOUSERSITE=1" in env.stdout
-    assert not re.search(r"(CUDA_VISIBLE|ZE_AFFINITY|ROCR_VISIBLE|PMI_|PALS_|SLURM_|OMPI_)",
-                         env.stdout)
+    assert not re.search(
+        r"(CUDA_VISIBLE|ZE_AFFINITY|ROCR_VISIBLE|PMI_|PALS_|SLURM_|OMPI_)", env.stdout
+    )
     run = run_cmd([require_apptainer(), "inspect", "--runscript", str(local_image)]).check()
     assert 'exec start-cluster "$@"' in run.stdout
 
 
-def test_user_site_packages_cannot_shadow_the_image(run_cmd, local_image: Path,
-                                                    tagged_env, tmp_path: Path) -> None:
+def test_user_site_packages_cannot_shadow_the_image(
+    run_cmd, local_image: Path, tagged_env, tmp_path: Path
+) -> None:
     env = {**tagged_env, "PYTHONPATH": ""}
-    result = run_cmd([require_apptainer(), "exec", str(local_image), "python", "-c",
-                      "import site, sys; print(site.ENABLE_USER_SITE, sys.prefix)"], env=env)
+    result = run_cmd(
+        [
+            require_apptainer(),
+            "exec",
+            str(local_image),
+            "python",
+            "-c",
+            "import site, sys; print(site.ENABLE_USER_SITE, sys.prefix)",
+        ],
+        env=env,
+    )
     assert result.check().stdout.split() == ["False", "/opt/dask-hpc/venv"]
 
 
 def test_exec_start_cluster_runs_pi(run_cmd, cluster_env, local_image: Path, pi: Path) -> None:
     """`apptainer exec dask.sif start-cluster cpu 2 -- python examples/pi.py`."""
-    result = run_cmd([require_apptainer(), "exec", str(local_image), "start-cluster", "cpu", "2",
-                      "--", "python", str(pi)], env=cluster_env, timeout=180)
+    result = run_cmd(
+        [
+            require_apptainer(),
+            "exec",
+            str(local_image),
+            "start-cluster",
+            "cpu",
+            "2",
+            "--",
+            "python",
+            str(pi),
+        ],
+        env=cluster_env,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(PI_LINE.format(n=2), result.stdout), result.stdout + result.stderr
 
 
 def test_run_is_start_cluster(run_cmd, cluster_env, local_image: Path, pi: Path) -> None:
-    result = run_cmd([require_apptainer(), "run", str(local_image), "cpu", "1", "--", "python",
-                      str(pi), "--samples", "200000", "--tolerance", "0.05"],
-                     env=cluster_env, timeout=180)
+    result = run_cmd(
+        [
+            require_apptainer(),
+            "run",
+            str(local_image),
+            "cpu",
+            "1",
+            "--",
+            "python",
+            str(pi),
+            "--samples",
+            "200000",
+            "--tolerance",
+            "0.05",
+        ],
+        env=cluster_env,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(PI_LINE.format(n=1), result.stdout), result.stdout + result.stderr
 
 
 def test_command_failure_reaches_the_caller(run_cmd, cluster_env, local_image: Path) -> None:
-    result = run_cmd([require_apptainer(), "exec", str(local_image), "start-cluster", "cpu", "1",
-                      "--", "python", "-c", "raise SystemExit(7)"], env=cluster_env, timeout=180)
+    result = run_cmd(
+        [
+            require_apptainer(),
+            "exec",
+            str(local_image),
+            "start-cluster",
+            "cpu",
+            "1",
+            "--",
+            "python",
+            "-c",
+            "raise SystemExit(7)",
+        ],
+        env=cluster_env,
+        timeout=180,
+    )
     assert result.returncode == 7, result.stdout + result.stderr
 
 
 @pytest.mark.mpi
-def test_mpiexec_one_container_per_rank(run_cmd, cluster_env, local_image: Path,
-                                        pi: Path) -> None:
+def test_mpiexec_one_container_per_rank(run_cmd, cluster_env, local_image: Path, pi: Path) -> None:
     """`mpiexec -n 3 apptainer exec dask.sif start-cluster cpu 3 -- python pi.py` (MPICH)."""
     start = time.monotonic()
-    result = run_cmd([require_sidroot(), "mpiexec", "-n", "3", "apptainer", "exec",
-                      str(local_image), "start-cluster", "cpu", "3", "--", "python", str(pi)],
-                     env=cluster_env, timeout=240)
+    result = run_cmd(
+        [
+            require_sidroot(),
+            "mpiexec",
+            "-n",
+            "3",
+            "apptainer",
+            "exec",
+            str(local_image),
+            "start-cluster",
+            "cpu",
+            "3",
+            "--",
+            "python",
+            str(pi),
+        ],
+        env=cluster_env,
+        timeout=240,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert re.search(PI_LINE.format(n=3), result.stdout), result.stdout + result.stderr
     assert result.stdout.count("pi ~=") == 1, "COMMAND must run once, not once per rank"

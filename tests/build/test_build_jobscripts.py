@@ -21,8 +21,8 @@ def test_job_script_matches_golden(invoke, name: str) -> None:
 
 
 def test_every_batch_system_has_a_golden() -> None:
-    from dask_hpc.deploy.targets import all_targets
     from dask_hpc.sites import all_sites
+    from dask_hpc_deploy.targets import all_targets
 
     systems = {all_sites()[n].batch_system for n in all_targets() if n in all_sites()}
     assert systems == {name.split("-")[0] for name in CASES} == {"pbs", "lsf", "cobalt", "slurm"}
@@ -35,13 +35,16 @@ def test_golden_scripts_are_valid_bash(run_cmd, name: str) -> None:
 
 def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     out = tmp_path / "job.sh"
-    result = invoke("job", "--site", "polaris", "--nodes", "1", "--output", str(out), "--",
-                    "python", "x.py")
+    result = invoke(
+        "job", "--site", "polaris", "--nodes", "1", "--output", str(out), "--", "python", "x.py"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert out.stat().st_mode & 0o111
-    assert "mpiexec -n 4 --ppn 4 apptainer exec --nv dask-hpc-polaris.sif start-cluster gpu 4" \
+    assert (
+        "mpiexec -n 4 --ppn 4 apptainer exec --nv dask-hpc-polaris.sif start-cluster gpu 4"
         in out.read_text()
+    )
 
 
 @pytest.mark.slurm
@@ -53,13 +56,30 @@ def test_generated_slurm_script_runs_on_slurm(
     """The deepops (Slurm) script, submitted for real: srun starts one container per rank."""
     pi = tmp_path / "pi.py"  # under /tmp: visible inside Apptainer's root filesystem
     shutil.copy(REPO / "examples" / "pi.py", pi)
-    result = invoke("job", "--site", "deepops", "--nodes", "1", "--workers-per-node", "2",
-                    "--worker-type", "cpu", "--image", str(local_image), "--walltime", "5",
-                    "--", "python", str(pi))
+    result = invoke(
+        "job",
+        "--site",
+        "deepops",
+        "--nodes",
+        "1",
+        "--workers-per-node",
+        "2",
+        "--worker-type",
+        "cpu",
+        "--image",
+        str(local_image),
+        "--walltime",
+        "5",
+        "--",
+        "python",
+        str(pi),
+    )
     assert result.returncode == 0, result.stderr
     script = result.stdout
-    assert f"srun --nodes=1 --ntasks=2 --ntasks-per-node=2 apptainer exec --nv {local_image} " \
-           f"start-cluster cpu 2 -- python {pi}" in script
+    assert (
+        f"srun --nodes=1 --ntasks=2 --ntasks-per-node=2 apptainer exec --nv {local_image} "
+        f"start-cluster cpu 2 -- python {pi}" in script
+    )
     env = {**cluster_env, **slurm_cluster.env}
     job = slurm_cluster.sbatch(script, env=env, cwd=tmp_path)
     state, code = slurm_cluster.wait_job(job, timeout=240)
@@ -69,7 +89,12 @@ def test_generated_slurm_script_runs_on_slurm(
 
 
 def test_invoke_job_command_is_shell_quoted(run_cmd) -> None:
-    result = run_cmd(invoke_argv("job", "--site", "perlmutter", "--nodes", "1", "--", "python",
-                                 "-c", "'print(1)'"), cwd=REPO, timeout=60)
+    result = run_cmd(
+        invoke_argv(
+            "job", "--site", "perlmutter", "--nodes", "1", "--", "python", "-c", "'print(1)'"
+        ),
+        cwd=REPO,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert "start-cluster gpu 4 -- python -c 'print(1)'" in result.stdout

@@ -40,14 +40,27 @@ def test_sites_table(invoke) -> None:
     result = invoke("sites")
     assert result.returncode == 0, result.stderr
     rows = {ln.split()[0]: ln for ln in result.stdout.splitlines()[1:]}
-    assert set(rows) == {"aurora", "deepops", "frontier", "local", "perlmutter", "polaris",
-                         "summit", "thetagpu"}
+    assert set(rows) == {
+        "aurora",
+        "deepops",
+        "frontier",
+        "local",
+        "perlmutter",
+        "polaris",
+        "sophia",
+        "summit",
+        "thetagpu",
+    }
     assert "lsf" in rows["summit"] and "jsrun" in rows["summit"]
     assert "nvidia/cuda:12.4.1-devel-ubi8" in rows["summit"] and "power9le" in rows["summit"]
     assert "pbs" in rows["aurora"] and "6 intel" in rows["aurora"] and "oneapi" in rows["aurora"]
     assert "cobalt" in rows["thetagpu"] and "openmpi" in rows["thetagpu"]
     assert "rocm/" in rows["frontier"] and "8 amd" in rows["frontier"]
     assert "detected nvidia" in rows["deepops"]
+    assert "pbs" in rows["sophia"] and "openmpi" in rows["sophia"] and "8 nvidia" in rows["sophia"]
+    retired = {name for name, row in rows.items() if "retired" in row}
+    assert retired == {"summit", "thetagpu"}
+    assert rows["summit"].endswith("retired 2024-11-15")
 
 
 def test_dry_run_prints_the_exact_build_command(invoke) -> None:
@@ -70,13 +83,28 @@ def _one_line_error(result, expected: str) -> None:
 
 def test_unknown_site_is_one_line(invoke) -> None:
     _one_line_error(invoke("build", "--site", "nowhere"), "unknown site 'nowhere'")
-    _one_line_error(invoke("job", "--site", "nowhere", "--nodes", "1", "--", "x"),
-                    "unknown site 'nowhere'")
+    _one_line_error(
+        invoke("job", "--site", "nowhere", "--nodes", "1", "--", "x"), "unknown site 'nowhere'"
+    )
 
 
-def test_foreign_architecture_is_one_line(invoke) -> None:
-    _one_line_error(invoke("build", "--site", "summit", "--dry-run"),
-                    "a ppc64le image cannot be built on this x86_64 host")
+def test_foreign_architecture_dry_run_prints_the_plan_with_a_warning(invoke) -> None:
+    """A user on x86_64 can see the commands they will run on the ppc64le machine."""
+    result = invoke("build", "--site", "summit", "--dry-run", "--output", "/tmp/x/summit.sif")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines() == [
+        "warning: a ppc64le image cannot be built on this x86_64 host: build it on a ppc64le "
+        "machine (see containers/README.md)"
+    ]
+    assert result.stdout.splitlines()[-1].startswith("apptainer build --fakeroot ")
+    assert result.stdout.splitlines()[-1].endswith(" /tmp/x/summit.sif containers/summit.def")
+
+
+def test_foreign_architecture_real_build_is_one_line(invoke, tmp_path: Path) -> None:
+    _one_line_error(
+        invoke("build", "--site", "summit", "--output", str(tmp_path / "s.sif")),
+        "a ppc64le image cannot be built on this x86_64 host",
+    )
 
 
 def test_missing_apptainer_is_one_line(invoke, tagged_env, tmp_path: Path) -> None:
@@ -87,18 +115,21 @@ def test_missing_apptainer_is_one_line(invoke, tagged_env, tmp_path: Path) -> No
 
 
 def test_bad_numbers_are_one_line(invoke) -> None:
-    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "two", "--", "x"),
-                    "--nodes takes a whole number")
-    _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1", "--walltime", "1:75",
-                           "--", "x"), "bad walltime")
+    _one_line_error(
+        invoke("job", "--site", "polaris", "--nodes", "two", "--", "x"),
+        "--nodes takes a whole number",
+    )
+    _one_line_error(
+        invoke("job", "--site", "polaris", "--nodes", "1", "--walltime", "1:75", "--", "x"),
+        "bad walltime",
+    )
     _one_line_error(invoke("job", "--site", "polaris", "--nodes", "1"), "no command to run")
 
 
 def test_existing_image_is_not_overwritten(invoke, tmp_path: Path) -> None:
     out = tmp_path / "keep.sif"
     out.write_text("precious")
-    _one_line_error(invoke("build", "--site", "local", "--dry-run", "--output", str(out)),
-                    "exists")
+    _one_line_error(invoke("build", "--site", "local", "--dry-run", "--output", str(out)), "exists")
     assert out.read_text() == "precious"
 
 
@@ -108,9 +139,9 @@ def test_definitions_are_up_to_date(invoke) -> None:
 
 
 def test_build_refuses_a_stale_definition(tmp_path: Path) -> None:
-    from dask_hpc.deploy import build
-    from dask_hpc.deploy.targets import load_target
     from dask_hpc.errors import UsageError
+    from dask_hpc_deploy import build
+    from dask_hpc_deploy.targets import load_target
 
     (tmp_path / "containers").mkdir()
     text = (REPO / "containers" / "local.def").read_text()
@@ -126,14 +157,15 @@ def test_lint_passes_on_the_repository(invoke) -> None:
         assert f"{name}: ok" in result.stdout
 
 
-def test_lint_reports_a_broken_definition(tmp_path: Path) -> None:
-    from dask_hpc.deploy.lint import lint_definitions
+def test_lint_reports_a_stale_or_orphan_definition(tmp_path: Path) -> None:
+    from dask_hpc_deploy.lint import lint_definitions
 
     shutil.copytree(REPO / "containers", tmp_path / "containers")
     path = tmp_path / "containers" / "frontier.def"
     path.write_text(path.read_text().replace("%labels", "%label"))
     (tmp_path / "containers" / "extra.def").write_text("Bootstrap: docker\n\n%post\n    true\n")
+    (tmp_path / "containers" / "aurora.def").unlink()
     problems = "\n".join(lint_definitions(tmp_path))
-    assert "frontier.def: out of date" in problems
-    assert "frontier.def: line" in problems and "invalid section %label" in problems
-    assert "extra.def: line 1: Bootstrap: docker needs a from header" in problems
+    assert "containers/frontier.def: out of date" in problems
+    assert "containers/extra.def: no build data containers/extra.yaml" in problems
+    assert "containers/aurora.def: missing" in problems

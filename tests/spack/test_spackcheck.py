@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dask_hpc.deploy import spackcheck
-from dask_hpc.deploy.spackcheck import SITE_ENVS, SpackCheckError, check
+from dask_hpc_deploy import spackcheck
+from dask_hpc_deploy.spackcheck import SITE_ENVS, SpackCheckError, check
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,9 +23,15 @@ def repo(tmp_path: Path) -> Path:
     """A copy of everything the checks read, to break on purpose."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copy(ROOT / "spack.yaml", tmp_path / "spack.yaml")
-    shutil.copytree(ROOT / "spack", tmp_path / "spack",
-                    ignore=shutil.ignore_patterns("__pycache__", ".spack-env", "spack.lock"))
+    shutil.copytree(
+        ROOT / "spack",
+        tmp_path / "spack",
+        ignore=shutil.ignore_patterns("__pycache__", ".spack-env", "spack.lock"),
+    )
     shutil.copytree(ROOT / "src" / "dask_hpc" / "sites", tmp_path / "src" / "dask_hpc" / "sites")
+    (tmp_path / "containers").mkdir()
+    for path in (ROOT / "containers").glob("*.yaml"):
+        shutil.copy(path, tmp_path / "containers" / path.name)
     return tmp_path
 
 
@@ -52,19 +58,26 @@ def test_copy_passes(repo: Path) -> None:
 
 
 def test_command_line(repo: Path) -> None:
-    ok = subprocess.run([sys.executable, "-m", "dask_hpc.deploy.spackcheck", str(repo)],
-                        capture_output=True, text=True)
+    ok = subprocess.run(
+        [sys.executable, "-m", "dask_hpc_deploy.spackcheck", str(repo)],
+        capture_output=True,
+        text=True,
+    )
     assert ok.returncode == 0, ok.stderr
     edit(repo / "spack" / "common.yaml", "py-numpy\n", "py-nummpy\n")
-    bad = subprocess.run([sys.executable, "-m", "dask_hpc.deploy.spackcheck", str(repo)],
-                         capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, "-m", "dask_hpc_deploy.spackcheck", str(repo)],
+        capture_output=True,
+        text=True,
+    )
     assert bad.returncode == 1
     assert "unknown package 'py-nummpy'" in bad.stderr
 
 
-def test_every_site_has_an_environment() -> None:
+def test_every_build_target_has_an_environment() -> None:
+    targets = {p.stem for p in (ROOT / "containers").glob("*.yaml")}
     sites = {p.stem for p in (ROOT / "src" / "dask_hpc" / "sites").glob("*.yaml")}
-    assert set(SITE_ENVS.values()) == sites
+    assert set(SITE_ENVS) == targets == (sites - {"generic"}) | {"local"}
     for env in SITE_ENVS:
         assert (ROOT / "spack" / "envs" / env / "spack.yaml").is_file()
 
@@ -89,32 +102,40 @@ def test_summit_is_power9_with_old_cuda() -> None:
 
 def test_recipes_parse_without_spack() -> None:
     info = spackcheck.recipe_info(
-        spackcheck.our_repo(ROOT) / "packages" / "py_dask_hpc" / "package.py")
+        spackcheck.our_repo(ROOT) / "packages" / "py_dask_hpc" / "package.py"
+    )
     assert info["classes"] == {
-        "PyDaskHpc": ["spack_repo.builtin.build_systems.python.PythonPackage"]}
+        "PyDaskHpc": ["spack_repo.builtin.build_systems.python.PythonPackage"]
+    }
     assert "0.1.0" in info["versions"]
 
 
-@pytest.mark.parametrize("spec, names", [
-    ("py-dask@2026.7.1 +array +dataframe", ["py-dask"]),
-    ("py-cupy +cuda cuda_arch=80 ^cuda@12.6 %gcc", ["py-cupy", "cuda", "gcc"]),
-    ("%c,cxx=gcc", ["gcc"]),
-    ("target=zen3", []),
-    ("cuda_arch=70", []),
-    ("$dask_stack", []),
-])
+@pytest.mark.parametrize(
+    "spec, names",
+    [
+        ("py-dask@2026.7.1 +array +dataframe", ["py-dask"]),
+        ("py-cupy +cuda cuda_arch=80 ^cuda@12.6 %gcc", ["py-cupy", "cuda", "gcc"]),
+        ("%c,cxx=gcc", ["gcc"]),
+        ("target=zen3", []),
+        ("cuda_arch=70", []),
+        ("$dask_stack", []),
+    ],
+)
 def test_spec_names(spec: str, names: list[str]) -> None:
     assert spackcheck.spec_names(spec) == names
 
 
-@pytest.mark.parametrize("pip, spack", [
-    (">=3.1,<3.10", "3.1:3.9"),
-    (">=3.1", "3.1:"),
-    (">=1.2,<2.0", "1.2:1"),
-    (">=2,<3.0.0", "2:2"),
-    ("==3.1", None),
-    (">=3.1,!=3.5", None),
-])
+@pytest.mark.parametrize(
+    "pip, spack",
+    [
+        (">=3.1,<3.10", "3.1:3.9"),
+        (">=3.1", "3.1:"),
+        (">=1.2,<2.0", "1.2:1"),
+        (">=2,<3.0.0", "2:2"),
+        ("==3.1", None),
+        (">=3.1,!=3.5", None),
+    ],
+)
 def test_spack_range_for(pip: str, spack: str | None) -> None:
     assert spackcheck.spack_range_for(pip) == spack
 
@@ -124,8 +145,10 @@ def test_pypi_pins_match_pyproject() -> None:
     want = spackcheck.pyproject_info(ROOT)["full"]["dask-cuda"]
     assert want == "dask-cuda[cu12]==26.10.*"
     for env in spackcheck.DASK_CUDA_ENVS:
-        lines = [ln.split("#", 1)[0].strip()
-                 for ln in (ROOT / ENVS / env / "pypi.txt").read_text().splitlines()]
+        lines = [
+            ln.split("#", 1)[0].strip()
+            for ln in (ROOT / ENVS / env / "pypi.txt").read_text().splitlines()
+        ]
         assert want in lines, env
 
 
@@ -155,7 +178,7 @@ def _wrong_cuda_arch(r: Path) -> None:
 
 def _summit_new_cuda(r: Path) -> None:
     edit(r / ENVS / "summit" / "spack.yaml", "cuda@12.4.1", "cuda@12.6.3")
-    edit(r / "src" / "dask_hpc" / "sites" / "summit.yaml", "cuda:12.4.1", "cuda:12.6.3")
+    edit(r / "containers" / "summit.yaml", "cuda:12.4.1", "cuda:12.6.3")
 
 
 def _summit_x86(r: Path) -> None:
@@ -171,17 +194,24 @@ def _summit_external_target(r: Path) -> None:
 
 
 def _frontier_wrong_gpu(r: Path) -> None:
-    edit(r / ENVS / "frontier" / "spack.yaml", "amdgpu_target=gfx90a", "amdgpu_target=gfx942",
-         count=2)
+    edit(
+        r / ENVS / "frontier" / "spack.yaml",
+        "amdgpu_target=gfx90a",
+        "amdgpu_target=gfx942",
+        count=2,
+    )
 
 
 def _frontier_rocm_mismatch(r: Path) -> None:
-    edit(r / ENVS / "frontier" / "spack.yaml", "hip@6.2.4", "hip@6.4.0")
+    edit(r / ENVS / "frontier" / "spack.yaml", "hip@7.0.2", "hip@7.0.0")
 
 
 def _unknown_package(r: Path) -> None:
-    edit(r / ENVS / "aurora" / "spack.yaml", "  - intel-oneapi-compilers\n",
-         "  - intel-oneapi-compilers\n  - py-dpnp\n")
+    edit(
+        r / ENVS / "aurora" / "spack.yaml",
+        "  - intel-oneapi-compilers\n",
+        "  - intel-oneapi-compilers\n  - py-dpnp\n",
+    )
 
 
 def _aurora_no_dpnp(r: Path) -> None:
@@ -189,8 +219,11 @@ def _aurora_no_dpnp(r: Path) -> None:
 
 
 def _pin_in_site(r: Path) -> None:
-    edit(r / ENVS / "local" / "spack.yaml", "  packages:\n",
-         "  packages:\n    py-dask:\n      require: ['@2026.3.0']\n")
+    edit(
+        r / ENVS / "local" / "spack.yaml",
+        "  packages:\n",
+        "  packages:\n    py-dask:\n      require: ['@2026.3.0']\n",
+    )
 
 
 def _recipe_version(r: Path) -> None:
@@ -198,23 +231,35 @@ def _recipe_version(r: Path) -> None:
 
 
 def _recipe_class(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-         "class PyDaskHpc(", "class PyDaskHPC(")
+    edit(
+        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        "class PyDaskHpc(",
+        "class PyDaskHPC(",
+    )
 
 
 def _recipe_dep_pin(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-         'depends_on("py-distributed@2026.7.1")', 'depends_on("py-distributed@2026.3.0")')
+    edit(
+        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        'depends_on("py-distributed@2026.7.1")',
+        'depends_on("py-distributed@2026.3.0")',
+    )
 
 
 def _recipe_missing_dep(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-         '        depends_on("py-psutil@5.9:")\n', "")
+    edit(
+        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        '        depends_on("py-psutil@5.9:")\n',
+        "",
+    )
 
 
 def _overlay_no_sha(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "packages" / "py_dask" / "package.py",
-         'version("2026.7.1", sha256="5727', 'version("2026.7.2", sha256="5727')
+    edit(
+        spackcheck.our_repo(r) / "packages" / "py_dask" / "package.py",
+        'version("2026.7.1", sha256="5727',
+        'version("2026.7.2", sha256="5727',
+    )
 
 
 def _bokeh_range(r: Path) -> None:
@@ -222,8 +267,11 @@ def _bokeh_range(r: Path) -> None:
 
 
 def _recipe_bokeh(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-         'depends_on("py-bokeh@3.1:3.9")', 'depends_on("py-bokeh@3.1:3.10")')
+    edit(
+        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        'depends_on("py-bokeh@3.1:3.9")',
+        'depends_on("py-bokeh@3.1:3.10")',
+    )
 
 
 def _dask_cuda_line(r: Path) -> None:
@@ -235,8 +283,9 @@ def _stale_pypi_file(r: Path) -> None:
 
 
 def _no_python_floor(r: Path) -> None:
-    edit(r / "spack" / "include" / "nvidia-x86_64.yaml", "require: ['@3.11:']",
-         "require: ['@3.10:']")
+    edit(
+        r / "spack" / "include" / "nvidia-x86_64.yaml", "require: ['@3.11:']", "require: ['@3.10:']"
+    )
 
 
 def _namespace(r: Path) -> None:
@@ -263,38 +312,42 @@ def _broken_yaml(r: Path) -> None:
     edit(r / ENVS / "polaris" / "spack.yaml", "  specs:\n", "  specs: [\n")
 
 
-@pytest.mark.parametrize("breaker, message", [
-    (_unpin_distributed, "py-dask pinned to 2026.7.1 but py-distributed to 2026.3.0"),
-    (_drop_include, "polaris/spack.yaml: does not include spack/common.yaml"),
-    (_wrong_include, "included file"),
-    (_wrong_target, "target ['zen3'], site yaml says spack_target 'zen2'"),
-    (_wrong_cuda_arch, "py-cupy must require +cuda cuda_arch=80"),
-    (_summit_new_cuda, "the last with ppc64le installers is 12.4"),
-    (_summit_x86, "site yaml says spack_target 'power9le'"),
-    (_summit_root_target, "no root spec names target=power9le"),
-    (_summit_external_target, "external 'glibc@2.28' lacks target=power9le"),
-    (_frontier_wrong_gpu, "py-cupy must require +rocm amdgpu_target=gfx90a"),
-    (_frontier_rocm_mismatch, "ROCm external 'hip@6.4.0' differs from the base image"),
-    (_unknown_package, "unknown package 'py-dpnp'"),
-    (_aurora_no_dpnp, "must list dpnp"),
-    (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
-    (_recipe_version, "lack pyproject.toml's 0.2.0"),
-    (_recipe_class, "Spack expects class PyDaskHpc"),
-    (_recipe_dep_pin, "pyproject.toml pins distributed==2026.7.1"),
-    (_recipe_missing_dep, "no depends_on('py-psutil...')"),
-    (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
-    (_bokeh_range, "bokeh range ['3.1:'], pyproject.toml's bokeh>=3.1,<3.10 is @3.1:3.9"),
-    (_recipe_bokeh, "depends_on('py-bokeh@3.1:3.10'): bokeh range ['3.1:3.10']"),
-    (_dask_cuda_line, "differs from pyproject.toml's 'dask-cuda[cu12]==26.10.*'"),
-    (_stale_pypi_file, "pypi-nodeps.txt: not a PyPI file the image build installs"),
-    (_no_python_floor, "dask-cuda needs python@3.11:"),
-    (_namespace, "namespace 'daskhpc' must be 'dask_hpc'"),
-    (_missing_env, "perlmutter/spack.yaml: missing"),
-    (_dataframe_dropped, "py-dask must require +dataframe explicitly"),
-    (_url, "contains a URL"),
-    (_no_host_compatible, "host_compatible must be false"),
-    (_broken_yaml, "cannot read YAML"),
-], ids=lambda v: v.__name__.strip("_") if callable(v) else "")
+@pytest.mark.parametrize(
+    "breaker, message",
+    [
+        (_unpin_distributed, "py-dask pinned to 2026.7.1 but py-distributed to 2026.3.0"),
+        (_drop_include, "polaris/spack.yaml: does not include spack/common.yaml"),
+        (_wrong_include, "included file"),
+        (_wrong_target, "target ['zen3'], build data says spack_target 'zen2'"),
+        (_wrong_cuda_arch, "py-cupy must require +cuda cuda_arch=80"),
+        (_summit_new_cuda, "the last with ppc64le installers is 12.4"),
+        (_summit_x86, "build data says spack_target 'power9le'"),
+        (_summit_root_target, "no root spec names target=power9le"),
+        (_summit_external_target, "external 'glibc@2.28' lacks target=power9le"),
+        (_frontier_wrong_gpu, "py-cupy must require +rocm amdgpu_target=gfx90a"),
+        (_frontier_rocm_mismatch, "ROCm external 'hip@7.0.0' differs from the base image"),
+        (_unknown_package, "unknown package 'py-dpnp'"),
+        (_aurora_no_dpnp, "must list dpnp"),
+        (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
+        (_recipe_version, "lack pyproject.toml's 0.2.0"),
+        (_recipe_class, "Spack expects class PyDaskHpc"),
+        (_recipe_dep_pin, "pyproject.toml pins distributed==2026.7.1"),
+        (_recipe_missing_dep, "no depends_on('py-psutil...')"),
+        (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
+        (_bokeh_range, "bokeh range ['3.1:'], pyproject.toml's bokeh>=3.1,<3.10 is @3.1:3.9"),
+        (_recipe_bokeh, "depends_on('py-bokeh@3.1:3.10'): bokeh range ['3.1:3.10']"),
+        (_dask_cuda_line, "differs from pyproject.toml's 'dask-cuda[cu12]==26.10.*'"),
+        (_stale_pypi_file, "pypi-nodeps.txt: not a PyPI file the image build installs"),
+        (_no_python_floor, "dask-cuda needs python@3.11:"),
+        (_namespace, "namespace 'daskhpc' must be 'dask_hpc'"),
+        (_missing_env, "perlmutter/spack.yaml: missing"),
+        (_dataframe_dropped, "py-dask must require +dataframe explicitly"),
+        (_url, "contains a URL"),
+        (_no_host_compatible, "host_compatible must be false"),
+        (_broken_yaml, "cannot read YAML"),
+    ],
+    ids=lambda v: v.__name__.strip("_") if callable(v) else "",
+)
 def test_broken_copy_is_rejected(repo: Path, breaker: Breaker, message: str) -> None:
     breaker(repo)
     assert message in problems(repo)

@@ -1,14 +1,15 @@
 """Structural checks of dask-hpc's Spack environments, without Spack.
 
 CI has no Spack, so this module reads the environment files, the project's
-package recipes (with :mod:`ast`, never importing them) and the site profiles,
-and reports every inconsistency it finds: a site environment that does not
+package recipes (with :mod:`ast`, never importing them), the build data
+(``containers/<site>.yaml``) and the site profiles, and reports every policy
+inconsistency it finds: a site environment that does not
 include the common stack, version pins that disagree with ``pyproject.toml``,
 a target or GPU architecture that is not the site's, a package name Spack does
 not know, and so on. Real concretization is a developer check:
 ``spack/check-concretize.sh``.
 
-Run ``python -m dask_hpc.deploy.spackcheck [REPO_ROOT]``; it exits 1 on problems.
+Run ``python -m dask_hpc_deploy.spackcheck [REPO_ROOT]``; it exits 1 on problems.
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ from typing import Any
 
 import yaml
 
-#: Spack environment directory name -> site profile name (src/dask_hpc/sites/).
-SITE_ENVS: dict[str, str] = {
-    "summit": "summit",
-    "thetagpu": "thetagpu",
-    "polaris": "polaris",
-    "perlmutter": "perlmutter",
-    "frontier": "frontier",
-    "deepops": "deepops",
-    "aurora": "aurora",
-    "local": "generic",
-}
+#: The environments: one per build target (``containers/<name>.yaml``), same name.
+SITE_ENVS: tuple[str, ...] = (
+    "aurora",
+    "deepops",
+    "frontier",
+    "local",
+    "perlmutter",
+    "polaris",
+    "sophia",
+    "summit",
+    "thetagpu",
+)
 
 #: Packages every environment gets from spack/common.yaml's ``dask_stack``.
 STACK = ("py-dask-hpc", "py-dask", "py-distributed", "py-bokeh", "py-numpy")
@@ -48,7 +50,7 @@ VIRTUALS = frozenset({"all", "c", "cxx", "fortran", "mpi", "blas", "lapack"})
 PPC64LE_MAX_CUDA = (12, 4)
 
 #: NVIDIA x86_64 sites: dask-cuda from PyPI on top of the Spack environment.
-DASK_CUDA_ENVS = ("thetagpu", "polaris", "perlmutter", "deepops")
+DASK_CUDA_ENVS = ("thetagpu", "sophia", "polaris", "perlmutter", "deepops")
 
 #: dask-cuda 26.10 requires Python >= 3.11 and NumPy 2 (its wheel's metadata).
 DASK_CUDA_MIN_PYTHON = (3, 11)
@@ -544,8 +546,13 @@ def check_site_env(
     ]
     if targets != [build.get("spack_target")]:
         problems.append(
-            f"{where}: packages:all:require target {targets}, site yaml says "
+            f"{where}: packages:all:require target {targets}, build data says "
             f"spack_target {build.get('spack_target')!r}"
+        )
+    if (env.get("concretizer") or {}).get("unify") is not True:
+        problems.append(
+            f"{where}: concretizer:unify must be true in the environment's own file "
+            "(spack containerize reads only that file, not its includes)"
         )
     host_compat = ((env.get("concretizer") or {}).get("targets") or {}).get("host_compatible")
     if host_compat is not False:
@@ -638,8 +645,7 @@ def check_site_env(
                 problems.append(f"{path}: must list {name} (not in Spack, installed from PyPI)")
             elif py is not None and name in py["full"] and reqs[name] != py["full"][name]:
                 problems.append(
-                    f"{path}: {reqs[name]!r} differs from pyproject.toml's "
-                    f"{py['full'][name]!r}"
+                    f"{path}: {reqs[name]!r} differs from pyproject.toml's {py['full'][name]!r}"
                 )
     for stale in sorted(env_dir.glob("pypi*.txt")):
         if stale.name not in PYPI_EXTRAS.get(env_name, {}):
@@ -656,6 +662,77 @@ def check_site_env(
                 f"{where}: dask-cuda needs python@"
                 f"{'.'.join(map(str, DASK_CUDA_MIN_PYTHON))}: (packages:python:require)"
             )
+    return problems
+
+
+def _pip_range(text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """``'>=1.22,<2.6'`` -> ((1, 22), (2, 6)): inclusive floor, exclusive ceiling."""
+    parts = dict(re.fullmatch(r"(>=|<)\s*([0-9.]+)", p.strip()).groups() for p in text.split(","))
+    return version_tuple(parts[">="]), version_tuple(parts["<"])
+
+
+def _spack_range(text: str) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``'@2:2.5'`` -> ((2,), (2, 5)), both inclusive (``:2.5`` includes every 2.5.x)."""
+    m = re.fullmatch(r"@=?([0-9][0-9.]*):([0-9][0-9.]*)", text.split()[0]) if text else None
+    return (version_tuple(m.group(1)), version_tuple(m.group(2))) if m else None
+
+
+def check_upstream(root: Path) -> list[str]:
+    """Each environment's CuPy pairs within what that CuPy release itself declares.
+
+    ``spack/upstream.yaml`` records, per CuPy release, the NumPy range of its own metadata and
+    the CUDA/ROCm its wheels are built for. Every environment with py-cupy must pin one of
+    those releases exactly, require a NumPy range inside that release's, and have CUDA or
+    ROCm externals of a declared version.
+    """
+    table_path = root / "spack" / "upstream.yaml"
+    table = (load_yaml(table_path) or {}).get("cupy") or {}
+    table = {str(k): v for k, v in table.items()}
+    problems = []
+    for env_dir in sorted((root / "spack" / "envs").glob("*/")):
+        try:
+            env, included = read_env(env_dir)
+        except SpackCheckError:
+            continue
+        scopes = _Scopes(env, included)
+        cupy = " ".join(scopes.requires("py-cupy"))
+        if "py-cupy" not in " ".join(scopes.specs()):
+            continue
+        where = f"{env_dir / 'spack.yaml'}"
+        pins = re.findall(r"@=?(\d+\.\d+\.\d+)\b", cupy)
+        if len(pins) != 1 or pins[0] not in table:
+            problems.append(
+                f"{where}: py-cupy must pin one release recorded in {table_path.name} "
+                f"({', '.join(sorted(table))}), has {cupy!r}"
+            )
+            continue
+        declared = table[pins[0]]
+        lo, hi = _pip_range(str(declared["numpy"]))
+        numpy = [r for r in (_spack_range(q) for q in scopes.requires("py-numpy")) if r]
+        if not numpy:
+            problems.append(
+                f"{where}: py-numpy needs a range inside CuPy {pins[0]}'s numpy{declared['numpy']}"
+            )
+        for have_lo, have_hi in numpy:
+            n = min(len(have_hi), len(hi))  # Spack's :2.5 holds every 2.5.x: compare prefixes
+            pad = max(len(have_lo), len(lo))
+            floor_ok = have_lo + (0,) * (pad - len(have_lo)) >= lo + (0,) * (pad - len(lo))
+            if not floor_ok or not have_hi[:n] < hi[:n]:
+                problems.append(
+                    f"{where}: py-numpy {'.'.join(map(str, have_lo))}:"
+                    f"{'.'.join(map(str, have_hi))} is outside CuPy {pins[0]}'s "
+                    f"numpy{declared['numpy']}"
+                )
+        for kind, package in (("cuda", "cuda"), ("rocm", "hip")):
+            for ext in scopes.externals(package):
+                m = _PIN.search(ext)
+                version = m.group(1) if m else ""
+                allowed = [str(v) for v in declared.get(kind) or []]
+                if not any(version == a or version.startswith(a + ".") for a in allowed):
+                    problems.append(
+                        f"{where}: {package}@{version} is not a {kind.upper()} CuPy {pins[0]} "
+                        f"declares ({', '.join(allowed) or 'none'})"
+                    )
     return problems
 
 
@@ -700,8 +777,7 @@ def check_no_urls(root: Path) -> list[str]:
         if p.is_file()
         # caches of tools (ruff, Python) are not ours to check
         and not any(
-            part.startswith(".") or part == "__pycache__"
-            for part in p.relative_to(spack_dir).parts
+            part.startswith(".") or part == "__pycache__" for part in p.relative_to(spack_dir).parts
         )
     )
     for path in paths:
@@ -711,6 +787,14 @@ def check_no_urls(root: Path) -> list[str]:
             if _URL.search(line):
                 problems.append(f"{path}:{num}: contains a URL; name no download hosts")
     return problems
+
+
+def site_data(root: Path, name: str) -> dict[str, Any]:
+    """Site profile ``name`` (``{"name": name}`` for local) with ``containers/<name>.yaml``."""
+    profile = root / "src" / "dask_hpc" / "sites" / f"{name}.yaml"
+    site = dict(load_yaml(profile) or {}) if profile.is_file() else {"name": name}
+    site["build"] = load_yaml(root / "containers" / f"{name}.yaml") or {}
+    return site
 
 
 def check(root: Path) -> None:
@@ -735,15 +819,20 @@ def check(root: Path) -> None:
         problems.append(f"{known_path}: missing or empty")
     envs_dir = root / "spack" / "envs"
     present = {p.name for p in envs_dir.iterdir() if p.is_dir()} if envs_dir.is_dir() else set()
+    targets = {p.stem for p in (root / "containers").glob("*.yaml")}
+    if targets != set(SITE_ENVS):
+        problems.append(
+            f"{root}/containers: build targets {sorted(targets)} are not the environments "
+            f"{sorted(SITE_ENVS)}"
+        )
     for missing in sorted(set(SITE_ENVS) - present):
         problems.append(f"{envs_dir}/{missing}/spack.yaml: missing")
     for extra in sorted(present - set(SITE_ENVS)):
         problems.append(f"{envs_dir}/{extra}: not a known site environment ({sorted(SITE_ENVS)})")
-    for env_name in sorted(set(SITE_ENVS) & present):
-        site_path = root / "src" / "dask_hpc" / "sites" / f"{SITE_ENVS[env_name]}.yaml"
-        site = load_yaml(site_path)
-        problems += check_site_env(root, env_name, site, known, py)
+    for env_name in sorted(set(SITE_ENVS) & present & targets):
+        problems += check_site_env(root, env_name, site_data(root, env_name), known, py)
     problems += check_names(root, known, ours)
+    problems += check_upstream(root)
     problems += check_no_urls(root)
     if problems:
         raise SpackCheckError(problems)

@@ -1,17 +1,26 @@
-"""Build targets: every site profile with a container, plus the offline ``local`` target."""
+"""Build targets: ``containers/<name>.yaml`` (build data) with its site profile, if any.
+
+The build data lives beside the container definitions, in the repository, not in the runtime
+site profiles that every rank reads: a rank never needs base images or package lists.
+``local`` (the offline CPU image) has build data and no site profile.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..errors import UsageError
-from ..sites import Site, all_sites
+from dask_hpc.errors import UsageError
+from dask_hpc.sites import all_sites
+
+#: The repository this package works on (an editable install from ``deploy/``).
+REPO = Path(__file__).resolve().parents[3]
+CONTAINERS = REPO / "containers"
 
 # How each distribution's package manager installs packages (rendered into %post).
 PACKAGE_MANAGERS: Mapping[str, str] = {
@@ -32,6 +41,7 @@ class Target:
     gpu_vendor: str | None
     launcher: str
     build: Mapping[str, Any]
+    retired: bool = False
 
     @property
     def arch(self) -> str:
@@ -48,27 +58,26 @@ class Target:
         return str(self.build.get("stack", "spack"))
 
 
-def _from_site(site: Site) -> Target:
-    return Target(site.name, site.description, site.gpu_vendor, site.launcher, site.build)
-
-
-@cache
-def _local() -> Target:
-    text = resources.files(__package__).joinpath("local.yaml").read_text()
-    data = yaml.safe_load(text)
-    return Target(data["name"], data["description"], None, "none", data["build"])
+def build_data(name: str, containers: Path = CONTAINERS) -> dict[str, Any]:
+    """``containers/<name>.yaml``."""
+    return yaml.safe_load((containers / f"{name}.yaml").read_text()) or {}
 
 
 @cache
 def all_targets() -> dict[str, Target]:
-    """Every build target by name: sites whose build data asks for a container, and local."""
-    targets = {
-        name: _from_site(site)
-        for name, site in all_sites().items()
-        if site.build.get("container", True)
-    }
-    targets["local"] = _local()
-    return dict(sorted(targets.items()))
+    """Every build target by name: each ``containers/*.yaml``, with its site profile if any."""
+    sites = all_sites()
+    targets = {}
+    for path in sorted(CONTAINERS.glob("*.yaml")):
+        data = build_data(path.stem)
+        site = sites.get(path.stem)
+        if site is None:
+            targets[path.stem] = Target(path.stem, str(data.pop("description")), None, "none", data)
+        else:
+            targets[path.stem] = Target(
+                site.name, site.description, site.gpu_vendor, site.launcher, data, site.retired
+            )
+    return targets
 
 
 def load_target(name: str) -> Target:

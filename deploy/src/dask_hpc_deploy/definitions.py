@@ -7,11 +7,19 @@ from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
 
-from .targets import PACKAGE_MANAGERS, Target
+import yaml
+
+from .targets import PACKAGE_MANAGERS, REPO, Target
 from .templating import template
 
 INDENT = "    "
-SPACK_VERSION = "v1.1.1"
+
+
+def spack_pins(repo: Path = REPO) -> dict[str, str]:
+    """``spack/pins.yaml``: the Spack release and the spack-packages commit, used everywhere."""
+    data = yaml.safe_load((repo / "spack" / "pins.yaml").read_text())
+    return {"spack_version": str(data["spack"]), "spack_packages": str(data["spack_packages"])}
+
 
 # Per stack: the files the build stage copies in, the %post script, and default build args.
 STACKS: Mapping[str, Mapping[str, object]] = {
@@ -22,7 +30,7 @@ STACKS: Mapping[str, Mapping[str, object]] = {
             "src /opt/dask-hpc/src/src",
         ],
         "script": "stack-spack.sh",
-        "arguments": {"spack_version": SPACK_VERSION},
+        "arguments": spack_pins(),
     },
     "wheels": {
         "files": ["{{ wheels }} /opt/dask-hpc/wheels"],

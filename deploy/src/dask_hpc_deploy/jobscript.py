@@ -12,8 +12,9 @@ from typing import Any
 
 import yaml
 
-from ..errors import UsageError
-from ..sites import load_site
+from dask_hpc.errors import UsageError
+from dask_hpc.sites import load_site
+
 from .targets import Target
 from .templating import template
 
@@ -79,7 +80,9 @@ def launch_command(
         "cores_per_rank": max(1, cores // workers_per_node),
         "gpus_per_rank": 1 if worker_type == "gpu" else 0,
     }
-    launcher = _data()["launchers"][target.launcher].format(**fields)
+    launchers = _data()["launchers"]
+    key = f"{target.launcher}-{site.batch_system}" if site else target.launcher
+    launcher = launchers.get(key, launchers[target.launcher]).format(**fields)
     exec_ = ["apptainer", "exec", *target.gpu_flag.split(), image]
     cluster = ["start-cluster", worker_type, str(workers_per_node), "--"]
     parts = [launcher, shlex.join(exec_ + cluster), command]

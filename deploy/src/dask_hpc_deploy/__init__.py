@@ -1,0 +1,6 @@
+"""dask-hpc's build tooling: Apptainer definitions, image builds, batch scripts, Spack checks.
+
+Not part of the runtime package (``dask_hpc``), which ranks import: this one works on the
+repository (``containers/<site>.yaml`` build data, ``spack/`` environments) and is installed
+from ``deploy/`` for ``invoke`` (tasks.py) and the tests.
+"""

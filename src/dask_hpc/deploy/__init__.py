@@ -1,1 +1,0 @@
-"""Deployment helpers: Apptainer definitions, image builds and batch scripts for each site."""

@@ -1,0 +1,13 @@
+#!/bin/bash
+#PBS -N dask-hpc
+#PBS -l select=2
+#PBS -l walltime=01:00:00
+#PBS -A datascience
+#PBS -q by-node
+#PBS -o dask-hpc.out
+#PBS -l filesystems=home:eagle:grand
+# dask-hpc on sophia: 2 node(s) x 8 gpu worker(s), one container per rank.
+set -euo pipefail
+cd "${PBS_O_WORKDIR:-.}"
+
+mpiexec -n 16 --npernode 8 --hostfile "$PBS_NODEFILE" apptainer exec --nv dask-hpc-sophia.sif start-cluster gpu 8 -- python job.py
