@@ -11,6 +11,11 @@ seen around each measurement (the machine may be shared: read the best, not the 
 
     python benchmarks/transfer.py [--rounds 3] [--repeat 2] [--sizes-mib 256 1024]
                                   [--shuffle-mib 512] [--start-cluster start-cluster]
+                                  [--floor-repeat 5] [--floor-tls12 CIPHERS ...]
+
+The floor: the same 1 GiB over blocking sockets between two processes, with Dask's own
+SSLContext (TLS 1.3, and TLS 1.2 with each ``--floor-tls12`` cipher string, set through Dask's
+distributed.comm.tls.ciphers and max-version), no Dask or Tornado: what TLS costs by itself.
 """
 
 from __future__ import annotations
@@ -198,6 +203,12 @@ def main() -> int:
     parser.add_argument(
         "--floor-repeat", type=int, default=5, help="1 GiB socket transfers per side (0: none)"
     )
+    parser.add_argument(
+        "--floor-tls12",
+        nargs="*",
+        default=["ECDHE-ECDSA-AES128-GCM-SHA256", "ECDHE-ECDSA-CHACHA20-POLY1305"],
+        help="also run the floor with TLS 1.2 and each of these OpenSSL cipher strings",
+    )
     parser.add_argument("--json", type=Path, help="also write every measurement here")
     parser.add_argument("--inner", type=Path, help=argparse.SUPPRESS)
     opts = parser.parse_args()
@@ -214,6 +225,10 @@ def main() -> int:
             floors = {
                 mode: floor(mode == "TLS", GIB, opts.floor_repeat, tmp / "s") for mode in MODES
             }
+            for ciphers in opts.floor_tls12:
+                floors[f"TLS 1.2 {ciphers}"] = floor(
+                    True, GIB, opts.floor_repeat, tmp / "s", tls12_ciphers=ciphers
+                )
         for r in range(opts.rounds):
             order = list(MODES) if r % 2 == 0 else list(reversed(MODES))
             for mode in order:
@@ -290,18 +305,28 @@ def print_table(results: dict[str, list[dict]], opts: argparse.Namespace) -> Non
 FLOOR_CHUNK = 64 * MIB
 
 
-def floor_contexts(directory: Path) -> tuple:
-    """Dask's own server and client SSLContexts for a fresh dask-hpc certificate."""
+def floor_contexts(directory: Path, tls12_ciphers: str | None = None) -> tuple:
+    """Dask's own server and client SSLContexts for a fresh dask-hpc certificate.
+
+    ``tls12_ciphers``: TLS 1.2 with these ciphers (distributed.comm.tls.ciphers and
+    max-version; Python's ssl cannot choose among TLS 1.3's ciphers).
+    """
+    import ssl
+
     from distributed.security import Security
 
     from dask_hpc import security
 
     files = security.create(directory, "transfer-floor")
+    choice = {}
+    if tls12_ciphers:
+        choice = {"tls_ciphers": tls12_ciphers, "tls_max_version": ssl.TLSVersion.TLSv1_2}
     sec = Security(
         tls_ca_file=str(files.ca),
         tls_worker_cert=str(files.cert),
         tls_worker_key=str(files.key),
         require_encryption=True,
+        **choice,
     )
     server = sec.get_listen_args("worker")["ssl_context"]
     client = sec.get_connection_args("worker")["ssl_context"]
@@ -323,11 +348,13 @@ def floor_sender(port: int, ctx, nbytes: int, repeat: int, conn) -> None:
     sock.close()
 
 
-def floor(tls: bool, nbytes: int, repeat: int, tmp: Path) -> list[dict]:
+def floor(
+    tls: bool, nbytes: int, repeat: int, tmp: Path, tls12_ciphers: str | None = None
+) -> list[dict]:
     """A blocking sender process and this process receiving into a reused 64 MiB buffer."""
     import multiprocessing
 
-    server_ctx, client_ctx = floor_contexts(tmp) if tls else (None, None)
+    server_ctx, client_ctx = floor_contexts(tmp, tls12_ciphers) if tls else (None, None)
     listener = socket.create_server(("127.0.0.1", 0))
     mp = multiprocessing.get_context("fork")
     here, there = mp.Pipe()
@@ -338,6 +365,7 @@ def floor(tls: bool, nbytes: int, repeat: int, tmp: Path) -> list[dict]:
     listener.close()
     if tls:
         sock = server_ctx.wrap_socket(sock, server_side=True)
+    cipher = sock.cipher()[0] if tls else "TCP"
     view = memoryview(bytearray(FLOOR_CHUNK))
     runs = []
     try:
@@ -359,6 +387,7 @@ def floor(tls: bool, nbytes: int, repeat: int, tmp: Path) -> list[dict]:
                     "bytes": nbytes,
                     "recv_cpu": recv_cpu,
                     "send_cpu": here.recv(),
+                    "cipher": cipher,
                 }
             )
     finally:
@@ -368,18 +397,23 @@ def floor(tls: bool, nbytes: int, repeat: int, tmp: Path) -> list[dict]:
 
 
 def print_floor(runs: dict[str, list[dict]]) -> None:
-    tls, tcp = runs["TLS"], runs["TCP (--no-tls)"]
-    speed = [r[0]["bytes"] / GIB / best(r, "duration")["duration"] for r in (tls, tcp)]
-    recv = [min(per_gib(run, "recv_cpu") for run in r) for r in (tls, tcp)]
-    send = [min(per_gib(run, "send_cpu") for run in r) for r in (tls, tcp)]
-    loads = [f"{min(x['load'] for x in r):.1f}-{max(x['load'] for x in r):.1f}" for r in (tls, tcp)]
-    size = tls[0]["bytes"] // GIB
-    print(
-        f"| floor: {size} GiB over blocking sockets, no Dask (Dask's SSLContext) "
-        f"| {speed[0]:.2f} | {speed[1]:.2f} | {speed[0] / speed[1]:.2f}x "
-        f"| {recv[0]:.2f} / {recv[1]:.2f} | {send[0]:.2f} / {send[1]:.2f} "
-        f"| {loads[0]} | {loads[1]} |"
-    )
+    tcp = runs["TCP (--no-tls)"]
+    tcp_speed = tcp[0]["bytes"] / GIB / best(tcp, "duration")["duration"]
+    tcp_recv = min(per_gib(run, "recv_cpu") for run in tcp)
+    tcp_send = min(per_gib(run, "send_cpu") for run in tcp)
+    tcp_load = f"{min(x['load'] for x in tcp):.1f}-{max(x['load'] for x in tcp):.1f}"
+    for mode, tls in runs.items():
+        if mode == "TCP (--no-tls)":
+            continue
+        speed = tls[0]["bytes"] / GIB / best(tls, "duration")["duration"]
+        recv = min(per_gib(run, "recv_cpu") for run in tls)
+        send = min(per_gib(run, "send_cpu") for run in tls)
+        load = f"{min(x['load'] for x in tls):.1f}-{max(x['load'] for x in tls):.1f}"
+        print(
+            f"| floor: {tls[0]['bytes'] // GIB} GiB, blocking sockets, no Dask, "
+            f"{tls[0]['cipher']} | {speed:.2f} | {tcp_speed:.2f} | {speed / tcp_speed:.2f}x "
+            f"| {recv:.2f} / {tcp_recv:.2f} | {send:.2f} / {tcp_send:.2f} | {load} | {tcp_load} |"
+        )
 
 
 if __name__ == "__main__":
