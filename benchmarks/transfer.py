@@ -5,9 +5,10 @@ with TLS and one with ``--no-tls``, in alternating order) and runs this script i
 COMMAND. Inside, for every size, a fresh NumPy array of random bytes is made on worker A and a
 task on worker B that needs it is submitted: B fetches it from A (Dask's gather_dep). The time
 is the one B's Dask measures for the fetch (``Worker.transfer_incoming_log``); the client's
-wall clock around the task is kept too. Then a P2P DataFrame shuffle (needs pyarrow) of
-``--shuffle-mib`` MiB. Prints one table, best of all repeats, with the 1-minute load average
-seen around each measurement (the machine may be shared: read the best, not the median).
+wall clock around the task is kept too, and the user+system CPU seconds of both worker
+processes. Then a P2P DataFrame shuffle of ``--shuffle-mib`` MiB (needs pandas and pyarrow).
+Prints one table, best of all repeats, with the 1-minute load average seen around each
+measurement (the machine may be shared: read the best, not the median).
 
     python benchmarks/transfer.py [--rounds 3] [--repeat 2] [--sizes-mib 256 1024]
                                   [--shuffle-mib 512] [--start-cluster start-cluster]
