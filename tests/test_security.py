@@ -23,6 +23,7 @@ from support import probe, probe_result, start_cluster
 from dask_hpc import security
 
 INTRUDER = Path(__file__).resolve().parent / "jobs" / "intruder.py"
+TLS_SETTINGS = Path(__file__).resolve().parent / "jobs" / "tls_settings.py"
 
 
 @pytest.fixture
@@ -72,6 +73,25 @@ def test_strangers_are_refused_and_run_nothing(
     assert owner["clients"] == [owner["me"]], owner
     ran = sorted(p.name for p in markers.iterdir() if p.name != "owner")
     assert not ran, f"code of strangers ran: {ran}"
+
+
+def test_every_connection_is_tls_1_3_with_aes_gcm_and_mutual_auth_still_holds(
+    cluster: dict, cluster_env: dict[str, str]
+) -> None:
+    """The settings benchmarks/transfer.py measured (README, TLS throughput), on a real cluster."""
+    res = run_cmd(
+        [sys.executable, str(TLS_SETTINGS), str(cluster["file"])], timeout=90, env=cluster_env
+    )
+    assert res.returncode == 0, res
+    seen = lines(res.stdout, "TLS")
+    ciphers = [seen["client"], *seen["workers"].values(), *seen["scheduler"].values()]
+    assert len(ciphers) == 3, seen  # the owner's client, the worker's stream from both ends
+    for name, version, _bits in ciphers:
+        assert version == "TLSv1.3", ciphers
+        assert name.startswith("TLS_AES_") and "_GCM_" in name, ciphers
+    assert set(seen["refused"]) == {"own certificate, TLS 1.2", "TLS 1.3, no certificate"}
+    for name, outcome in seen["refused"].items():
+        assert outcome.startswith("refused"), f"{name}: {outcome}"
 
 
 def test_files_are_private_and_the_ca_key_is_never_written(cluster: dict) -> None:

@@ -109,6 +109,8 @@ def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerIn
 
 def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
     """A ``distributed.Client`` connected to the cluster of ``scheduler_file``."""
+    import ssl
+
     import dask.config
     from distributed import Client
     from distributed.security import Security
@@ -125,6 +127,7 @@ def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
                 tls_ca_file=str(info.tls.ca),
                 tls_client_cert=str(info.tls.cert),
                 tls_client_key=str(info.tls.key),
+                tls_min_version=ssl.TLSVersion.TLSv1_3,  # as the cluster (security.tls_env)
                 require_encryption=True,
             ),
         )

@@ -135,10 +135,17 @@ def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     return files
 
 
+# Every process of a cluster runs our own Python and OpenSSL, so nothing needs TLS 1.2: TLS 1.3
+# only (AEAD ciphers, a 1-RTT handshake). Dask's setting (distributed.comm.tls.min-version).
+# Its throughput is the same as TLS 1.2's with any AEAD cipher (benchmarks/transfer.py, README).
+TLS_MIN_VERSION = "1.3"
+
+
 def tls_env(files: TlsFiles) -> dict[str, str]:
-    """DASK_* variables that make every Dask role use ``files`` and require encryption."""
+    """DASK_* variables that make every Dask role use ``files``, TLS 1.3, and require encryption."""
     env = {
         "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
+        "DASK_DISTRIBUTED__COMM__TLS__MIN_VERSION": TLS_MIN_VERSION,
         "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(files.ca),
     }
     for role in TLS_ROLES:
