@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import dask.config
 import psutil
-from dask.utils import parse_bytes
+from dask.utils import parse_bytes, parse_timedelta
 
 from . import config, gpus, launchers, resources
 from .errors import UsageError
@@ -78,6 +79,7 @@ class Plan:
     tls: bool
     protocol: str
     timeout: float
+    open_files: int  # file descriptors this rank's processes need (see scale_needs)
     poll_interval: float
     poll_max_interval: float
     command: list[str] | None
@@ -106,6 +108,7 @@ class Plan:
             "tls": self.tls,
             "protocol": self.protocol,
             "timeout": self.timeout,
+            "open_files": self.open_files,
             "command": self.command,
             "jupyter": self.jupyter,
             "processes": [
@@ -400,7 +403,9 @@ def make_plan(
 
     # What every worker of this rank shares.
     bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
-    worker_env: dict[str, str] = dict(site.worker_env)
+    total = nodes * wpn
+    scale = scale_needs(total, rank.size, workers_here, node.usable_cpus, env)
+    worker_env: dict[str, str] = {**site.worker_env, **scale.env}
     if not site.node_local_storage:
         worker_env.update(NO_LOCAL_STORAGE_ENV)
         notes.append(
@@ -416,7 +421,7 @@ def make_plan(
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
         "resources": {"GPU": 1} if gpu_node else None,
         "local_directory": str(_local_directory(args, site, env)),
-        "death_timeout": args.death_timeout or float(config.get("death-timeout")),
+        "death_timeout": args.death_timeout or scale.start_timeout,
         "host": host_ip,
         "protocol": protocol,
         "nanny": nanny,
@@ -433,6 +438,7 @@ def make_plan(
     processes: list[ProcessSpec] = []
     if rank.is_first and not args.join:
         processes.append(_scheduler_spec(args, rank, host_ip, protocol))
+        processes[0].env.update(scale.env)
     first_index = rank.local_rank if layout == "worker-per-rank" else 0
     for i in range(workers_here):
         env_i = dict(worker_env)
@@ -451,21 +457,97 @@ def make_plan(
         layout=layout,
         join=bool(args.join),
         nodes=nodes,
-        total_workers=nodes * wpn,
+        total_workers=total,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
         tls=tls,
         protocol=protocol,
-        timeout=args.timeout or float(config.get("timeout")),
+        timeout=args.timeout or scale.timeout,
+        open_files=scale.open_files_first if rank.is_first and not args.join else scale.open_files,
         poll_interval=float(config.get("poll-interval")),
-        poll_max_interval=float(
-            config.get("poll-max-interval") or min(2.0, max(0.1, rank.size / 2000))
-        ),
+        poll_max_interval=float(config.get("poll-max-interval") or poll_max_interval(rank.size)),
         command=args.command,
         jupyter=args.jupyter,
         processes=processes,
         notes=notes,
     )
+
+
+# What rank 0 holds per worker and per rank (measured with benchmarks/scale.py: ~2.2 file
+# descriptors per worker in the scheduler, a roll-call connection per rank), with headroom for
+# the connections a running cluster opens (gathers, clients, the dashboard).
+FDS_PER_WORKER = 4
+FDS_PER_NANNY = 12  # a nanny host's Nanny: its listener, scheduler comms, pipes to its worker
+FDS_BASE = 1024
+
+# Timeouts Dask applies per connection and per start, raised with the cluster's size: W
+# workers register one after another on the scheduler's single event loop (benchmarks/scale.py
+# measured ~X ms each with TLS on 2 cores), and a node's workers start one after another on its
+# CPUs. Dask's fixed defaults (connect 30 s with a first try of 6 s, start 60 s, worker TTL
+# 300 s) are what failed first at 208 workers on 2 cores and at 1,300 and 5,500 workers on
+# real machines (dask-mpi#82, distributed#3691).
+SECONDS_PER_WORKER = 0.02  # time on the scheduler per worker joining, with a 10x margin
+SECONDS_PER_LOCAL_WORKER_PER_CPU = 4.0  # a node's worker starts, per worker per usable CPU
+
+
+@dataclass(frozen=True)
+class ScaleNeeds:
+    """What a cluster of this size needs from this rank: timeouts and file descriptors."""
+
+    start_timeout: float  # a worker's (and its Nanny's) start: Dask's death_timeout
+    connect_timeout: float  # distributed.comm.timeouts.connect (and .tcp)
+    worker_ttl: float  # distributed.scheduler.worker-ttl
+    timeout: float  # --timeout: the scheduler file, and every worker connected
+    open_files: int  # this rank's processes
+    open_files_first: int  # rank 0's, with the scheduler and the roll call
+    env: dict[str, str]  # the Dask settings above, for the scheduler and the workers
+
+
+def scale_needs(
+    workers: int,
+    ranks: int,
+    workers_here: int,
+    cpus: int,
+    env: Mapping[str, str] | None = None,
+) -> ScaleNeeds:
+    """Timeouts and file-descriptor needs derived from the expected worker count.
+
+    Never below the configured values (hpc.timeout, hpc.death-timeout, Dask's own); a Dask
+    setting the user put in the environment is left alone.
+    """
+    env = os.environ if env is None else env
+
+    def seconds(key: str, default: str) -> float:  # Dask's default, if distributed's
+        return float(parse_timedelta(dask.config.get(key, default), "s") or 0)  # not loaded
+
+    joining = SECONDS_PER_WORKER * workers
+    local = SECONDS_PER_LOCAL_WORKER_PER_CPU * workers_here / max(1, cpus)
+    connect = max(seconds("distributed.comm.timeouts.connect", "30s"), joining + local)
+    start = max(float(config.get("death-timeout")), 30 + joining + local)
+    # Dask's heartbeat interval grows to W/200 + 1 s; TTL: ten missed heartbeats at least.
+    ttl = max(seconds("distributed.scheduler.worker-ttl", "5 minutes"), 10 * (workers / 200 + 1))
+    timeout = max(float(config.get("timeout")), 3 * (joining + local))
+    dask_env = {
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{connect:.0f}s",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{connect:.0f}s",
+        "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl:.0f}s",
+    }
+    open_files = FDS_BASE + FDS_PER_NANNY * workers_here
+    return ScaleNeeds(
+        start_timeout=round(start),
+        connect_timeout=round(connect),
+        worker_ttl=round(ttl),
+        timeout=round(timeout),
+        open_files=open_files,
+        open_files_first=open_files + FDS_PER_WORKER * workers + ranks,
+        env={k: v for k, v in dask_env.items() if k not in env},
+    )
+
+
+def poll_max_interval(ranks: int) -> float:
+    """The cap of a rank's scheduler-file polling: all ranks together read it ~2000 times a
+    second at most (0.1 s for up to 200 ranks, 2 s from 4000)."""
+    return min(2.0, max(0.1, ranks / 2000))
 
 
 def _importable(module: str) -> bool:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -17,9 +16,9 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import nannies, processes, roster, security
+from . import nannies, processes, resources, roster, security
 from .banner import ready_message
-from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
+from .connection import SchedulerInfo, poll_delays, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
 from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
@@ -56,6 +55,9 @@ def _shell_code(code: int) -> int:
 def run(plan: Plan) -> int:
     for note in plan.notes:
         say(note)
+    problem = resources.raise_open_files(plan.open_files)
+    if problem:
+        say(problem)
     if plan.runs_scheduler:
         return FirstRank(plan).run()
     return WorkerRank(plan).run()
@@ -197,7 +199,7 @@ class FirstRank(Rank):
         startup: bool = False,
     ) -> bool:
         deadline = time.monotonic() + timeout
-        shown = -1
+        shown, shown_at = -1, 0.0
         while not ready():
             if (interruptible and self.sup.signals) or self._scheduler_gone():
                 return False
@@ -207,9 +209,16 @@ class FirstRank(Rank):
                 return False
             self.sup.poll(min(1.0, deadline - time.monotonic()))
             self._handle_exits()
-            if progress and len(self.workers) != shown:
-                shown = len(self.workers)
-                say(f"workers {shown}/{self.plan.total_workers} connected")
+            # A line a second at most (not one per worker: 100,000 lines at scale), and one
+            # at every tenth of the cluster.
+            count, now = len(self.workers), time.monotonic()
+            total = self.plan.total_workers
+            if progress and count != shown:
+                if now - shown_at >= 1.0 or count * 10 // total != max(shown, 0) * 10 // total:
+                    shown, shown_at = count, now
+                    say(f"workers {count}/{total} connected")
+        if progress and shown != len(self.workers):
+            say(f"workers {len(self.workers)}/{self.plan.total_workers} connected")
         return True
 
     def _scheduler_gone(self) -> bool:
@@ -279,20 +288,15 @@ class FirstRank(Rank):
 
     def _missing_message(self) -> str:
         plan = self.plan
-        names = set(self.workers.values())
-        missing_ranks = sorted(
-            {
-                r
-                for r in range(plan.rank.size)
-                if not any(n == str(r) or n.startswith(f"{r}-") for n in names)
-            }
-        )
+        seen = {n.split("-", 1)[0] for n in self.workers.values()}  # names: RANK or RANK-I
+        missing_ranks = [r for r in range(plan.rank.size) if str(r) not in seen]
         ranks = ", ".join(map(str, missing_ranks[:20])) + (
             " ..." if len(missing_ranks) > 20 else ""
         )
+        which = f"no worker from rank(s) {ranks}" if ranks else "every rank has some missing"
         return (
             f"only {len(self.workers)} of {plan.total_workers} workers connected within "
-            f"{plan.timeout:g} s; no worker from rank(s) {ranks}"
+            f"{plan.timeout:g} s; {which}"
         )
 
     def _until_done(self) -> int:
@@ -400,17 +404,14 @@ class WorkerRank(Rank):
         plan = self.plan
         launch = None if plan.join else plan.rank.launch_id
         deadline = time.monotonic() + plan.timeout
-        interval = plan.poll_interval
+        delays = poll_delays(plan.poll_interval, plan.poll_max_interval)
         while True:
             info = read_scheduler_file(plan.scheduler_file, launch)
             if info is not None:
                 return info
             if self.sup.signals or time.monotonic() >= deadline:
                 return None
-            self.sup.poll(
-                min(interval * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic()))
-            )
-            interval = min(interval * 1.5, plan.poll_max_interval)
+            self.sup.poll(min(next(delays), max(0.0, deadline - time.monotonic())))
 
     def run(self) -> int:
         plan = self.plan
