@@ -211,7 +211,9 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
     reader = threading.Thread(target=read_stderr, daemon=True)
     reader.start()
     sims = []
-    sim_env = {**env, **SIM_CONFIG}
+    # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
+    needs = plan.scale_needs(workers, size, per_rank, len(os.sched_getaffinity(0)), {})
+    sim_env = {**env, **SIM_CONFIG, **needs.env}
     for first in range(1, size, RANKS_PER_SIM):
         count = min(RANKS_PER_SIM, size - first)
         out = tmp / f"sim-{first}.json"
@@ -230,7 +232,7 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
             "--out", str(out),
             "--poll-interval", "0.1",
             "--poll-max-interval", str(poll_max),
-            "--death-timeout", str(timeout),
+            "--death-timeout", str(needs.start_timeout),
         ]  # fmt: skip
         with open(out.with_suffix(".err"), "wb") as err:  # a file: a full pipe would block it
             sims.append((subprocess.Popen(argv, env=sim_env, stderr=err), out))

@@ -480,13 +480,16 @@ FDS_PER_WORKER = 4
 FDS_PER_NANNY = 12  # a nanny host's Nanny: its listener, scheduler comms, pipes to its worker
 FDS_BASE = 1024
 
-# Timeouts Dask applies per connection and per start, raised with the cluster's size: W
-# workers register one after another on the scheduler's single event loop (benchmarks/scale.py
-# measured ~X ms each with TLS on 2 cores), and a node's workers start one after another on its
-# CPUs. Dask's fixed defaults (connect 30 s with a first try of 6 s, start 60 s, worker TTL
-# 300 s) are what failed first at 208 workers on 2 cores and at 1,300 and 5,500 workers on
-# real machines (dask-mpi#82, distributed#3691).
-SECONDS_PER_WORKER = 0.02  # time on the scheduler per worker joining, with a 10x margin
+# Timeouts Dask applies per connection and per start, raised with the cluster's size. W workers
+# connecting at once queue their TLS handshakes on the scheduler's single event loop
+# (benchmarks/scale.py, 2 cores: ~10 ms each, and a handshake not done within Dask's first try,
+# a fifth of the connect timeout, is dropped and retried, which adds load: at 500 workers with
+# the default 30 s, dozens failed); a node's workers start one after another on its CPUs.
+# Dask's fixed defaults (connect 30 s, start 60 s, worker TTL 300 s) are what failed first at
+# 208 workers on 2 cores, and at 1,300 and 5,500 workers on real machines (dask-mpi#82,
+# distributed#3691).
+SECONDS_PER_WORKER = 0.02  # scheduler time per worker joining (2x the measured)
+CONNECT_PER_WORKER = 5 * SECONDS_PER_WORKER  # Dask's first try gets a fifth of it
 SECONDS_PER_LOCAL_WORKER_PER_CPU = 4.0  # a node's worker starts, per worker per usable CPU
 
 
@@ -522,14 +525,18 @@ def scale_needs(
 
     joining = SECONDS_PER_WORKER * workers
     local = SECONDS_PER_LOCAL_WORKER_PER_CPU * workers_here / max(1, cpus)
-    connect = max(seconds("distributed.comm.timeouts.connect", "30s"), joining + local)
-    start = max(float(config.get("death-timeout")), 30 + joining + local)
+    connect = max(
+        seconds("distributed.comm.timeouts.connect", "30s"), CONNECT_PER_WORKER * workers + local
+    )
+    tcp = max(seconds("distributed.comm.timeouts.tcp", "30s"), joining + local)
+    death = float(config.get("death-timeout"))
+    start = max(death, 30 + connect)  # a start outlasts a connect's retries
     # Dask's heartbeat interval grows to W/200 + 1 s; TTL: ten missed heartbeats at least.
     ttl = max(seconds("distributed.scheduler.worker-ttl", "5 minutes"), 10 * (workers / 200 + 1))
-    timeout = max(float(config.get("timeout")), 3 * (joining + local))
+    timeout = float(config.get("timeout")) + 2 * (start - death)
     dask_env = {
         "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{connect:.0f}s",
-        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{connect:.0f}s",
+        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{tcp:.0f}s",
         "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl:.0f}s",
     }
     open_files = FDS_BASE + FDS_PER_NANNY * workers_here
