@@ -8,6 +8,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import pytest
 from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
@@ -48,6 +49,7 @@ def test_hard_limit_too_low_is_one_line_and_the_cluster_still_runs(run_cmd, clus
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.timeout(900)
 def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
     run_cmd, cluster_env, tmp_path: Path
 ) -> None:
@@ -83,7 +85,11 @@ def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
     assert out["workers"] == 208 and out["sum"] == sum(range(1, 209))
     uss = statistics.median(m["uss"] for m in out["memory"]) / 2**20
     pss = statistics.median(m["pss"] for m in out["memory"]) / 2**20
-    print(f"208 workers: median USS {uss:.0f} MiB, PSS {pss:.0f} MiB per worker process")
+    hosts = [m["uss"] / 2**20 for m in out["nanny_hosts"]]
+    print(
+        f"208 workers: median USS {uss:.0f} MiB, PSS {pss:.0f} MiB per worker process; "
+        f"nanny hosts USS {', '.join(f'{h:.0f}' for h in hosts)} MiB (104 Nannies each)"
+    )
     assert uss < 128  # 104 per node: ~13 GiB of an Aurora node's 1 TiB
     progress = [x for x in result.stderr.splitlines() if "connected" in x and "workers " in x]
     assert len(progress) < 208 // 2, progress  # rate-limited, not a line per worker

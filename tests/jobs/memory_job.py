@@ -1,7 +1,8 @@
 """A job for the scale tests: one small task per worker, then what each worker process costs.
 
 Prints ``MEMORY {json}``: workers, the tasks' sum, and per worker process RSS, PSS and USS
-(bytes; PSS and USS from /proc/PID/smaps_rollup through psutil).
+(bytes; PSS and USS from /proc/PID/smaps_rollup through psutil), and the same for each rank's
+nanny host (the process holding that rank's Nannies).
 """
 
 import json
@@ -13,7 +14,7 @@ from distributed import Client
 
 def memory() -> dict:
     info = psutil.Process().memory_full_info()
-    return {"rss": info.rss, "pss": info.pss, "uss": info.uss}
+    return {"pid": psutil.Process().pid, "rss": info.rss, "pss": info.pss, "uss": info.uss}
 
 
 def main() -> int:
@@ -21,7 +22,9 @@ def main() -> int:
     n = len(client.scheduler_info(n_workers=-1)["workers"])
     total = sum(client.gather(client.map(lambda x: x + 1, range(n))))
     per_worker = list(client.run(memory).values())
-    print("MEMORY " + json.dumps({"workers": n, "sum": total, "memory": per_worker}), flush=True)
+    hosts = {m["pid"]: m for m in client.run(memory, nanny=True).values()}  # a host per rank
+    out = {"workers": n, "sum": total, "memory": per_worker, "nanny_hosts": list(hosts.values())}
+    print("MEMORY " + json.dumps(out), flush=True)
     return 0
 
 
