@@ -269,3 +269,15 @@ def test_explicit_timeouts_and_dask_settings_win(tmp_path: Path) -> None:
     # The user's own Dask setting, in the environment, is left alone.
     assert "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT" not in workers(p)[0]["env"]
     assert "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT" not in p.processes[0].env
+
+
+def test_oversubscribed_node_slows_idle_workers_profilers(tmp_path: Path) -> None:
+    two_cpus = NodeResources(online_cpus=2, usable_cpus=2, memory=24 * GiB)
+    w = workers(plan("cpu 104", {}, tmp_path, node=two_cpus))[0]
+    assert w["env"]["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] == "520ms"
+    assert w["env"]["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] == "10s"
+    # One worker per CPU or fewer (Aurora: 104 on 208): Dask's own.
+    assert (
+        "DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"
+        not in workers(plan("cpu 104", {}, tmp_path))[0]["env"]
+    )

@@ -405,7 +405,7 @@ def make_plan(
     bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
     total = nodes * wpn
     scale = scale_needs(total, rank.size, workers_here, node.usable_cpus, env)
-    worker_env: dict[str, str] = {**site.worker_env, **scale.env}
+    worker_env: dict[str, str] = {**site.worker_env, **scale.env, **scale.worker_env}
     if not site.node_local_storage:
         worker_env.update(NO_LOCAL_STORAGE_ENV)
         notes.append(
@@ -504,6 +504,7 @@ class ScaleNeeds:
     open_files: int  # this rank's processes
     open_files_first: int  # rank 0's, with the scheduler and the roll call
     env: dict[str, str]  # the Dask settings above, for the scheduler and the workers
+    worker_env: dict[str, str]  # the workers' alone (an oversubscribed node's idle costs)
 
 
 def scale_needs(
@@ -539,6 +540,18 @@ def scale_needs(
         "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{tcp:.0f}s",
         "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl:.0f}s",
     }
+    over = workers_here / max(1, cpus)
+    idle_env: dict[str, str] = {}
+    if over > 1:
+        # More workers than CPUs on this node (104 on a 2-core test machine, or a node shared
+        # with other jobs): an idle worker's profiler wakes every 10 ms and its system monitor
+        # every 0.5 s; measured 208 idle workers on 2 cores: the CPUs were saturated doing
+        # nothing. Both slow down by the oversubscription, so the node pays what 1 worker per
+        # CPU pays.
+        interval = min(1000, round(10 * over))
+        idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] = f"{interval}ms"
+        idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__CYCLE"] = f"{max(1000, 10 * interval)}ms"
+        idle_env["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] = f"{min(10, 0.5 * over):g}s"
     open_files = FDS_BASE + FDS_PER_NANNY * workers_here
     return ScaleNeeds(
         start_timeout=round(start),
@@ -548,6 +561,7 @@ def scale_needs(
         open_files=open_files,
         open_files_first=open_files + FDS_PER_WORKER * workers + ranks,
         env={k: v for k, v in dask_env.items() if k not in env},
+        worker_env={k: v for k, v in idle_env.items() if k not in env},
     )
 
 
