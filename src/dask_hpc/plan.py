@@ -79,6 +79,7 @@ class Plan:
     tls: bool
     protocol: str
     timeout: float
+    leave_timeout: float  # for the workers to close, then for the other ranks to exit
     open_files: int  # file descriptors this rank's processes need (see scale_needs)
     poll_interval: float
     poll_max_interval: float
@@ -463,6 +464,7 @@ def make_plan(
         tls=tls,
         protocol=protocol,
         timeout=args.timeout or scale.timeout,
+        leave_timeout=scale.leave_timeout,
         open_files=scale.open_files_first if rank.is_first and not args.join else scale.open_files,
         poll_interval=float(config.get("poll-interval")),
         poll_max_interval=float(config.get("poll-max-interval") or poll_max_interval(rank.size)),
@@ -501,6 +503,7 @@ class ScaleNeeds:
     connect_timeout: float  # distributed.comm.timeouts.connect (and .tcp)
     worker_ttl: float  # distributed.scheduler.worker-ttl
     timeout: float  # --timeout: the scheduler file, and every worker connected
+    leave_timeout: float  # at the end: for the workers to close, then for the ranks to exit
     open_files: int  # this rank's processes
     open_files_first: int  # rank 0's, with the scheduler and the roll call
     env: dict[str, str]  # the Dask settings above, for the scheduler and the workers
@@ -558,6 +561,9 @@ def scale_needs(
         connect_timeout=round(connect),
         worker_ttl=round(ttl),
         timeout=round(timeout),
+        # A node closes its workers one after another on its CPUs (measured: 104 Nannies on 2
+        # shared cores needed more than 10 s), and rank 0 sees W removals.
+        leave_timeout=round(10 + 0.5 * local + SECONDS_PER_WORKER * workers / 4),
         open_files=open_files,
         open_files_first=open_files + FDS_PER_WORKER * workers + ranks,
         env={k: v for k, v in dask_env.items() if k not in env},

@@ -24,8 +24,6 @@ from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
-WORKERS_LEAVE_TIMEOUT = 10.0
-RANKS_LEAVE_TIMEOUT = 10.0
 
 
 def say(message: str) -> None:
@@ -356,7 +354,7 @@ class FirstRank(Rank):
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
             self._wait(
                 lambda: not self.workers,
-                WORKERS_LEAVE_TIMEOUT,
+                self.plan.leave_timeout,
                 interruptible=False,
             )
         # The other ranks end with their workers. Wait for them before this rank closes its
@@ -364,7 +362,7 @@ class FirstRank(Rank):
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
         # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
         # roll call closed found srun still counting that rank, which it killed: exit 143).
-        deadline = time.monotonic() + RANKS_LEAVE_TIMEOUT
+        deadline = time.monotonic() + self.plan.leave_timeout
         while self.roster and self.roster.alive and time.monotonic() < deadline:
             self.sup.poll(min(0.5, deadline - time.monotonic()))
             self._handle_exits()
