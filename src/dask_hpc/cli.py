@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--timeout",
         type=positive_float,
-        help="seconds to wait for the scheduler and every worker (default 300)",
+        help="seconds to wait for the scheduler and every worker (default 300, more for "
+        "thousands of workers)",
     )
     res = p.add_argument_group("workers")
     res.add_argument("--nthreads", type=positive_int, help="threads per worker")
@@ -87,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument(
         "--death-timeout",
         type=positive_float,
-        help="seconds a worker waits for a lost scheduler (default 60)",
+        help="seconds a worker may take to start, or waits for a lost scheduler (default 60, "
+        "more for thousands of workers or more workers than CPUs)",
     )
     res.add_argument(
         "--nanny",
