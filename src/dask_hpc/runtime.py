@@ -291,7 +291,7 @@ class FirstRank(Rank):
         ranks = ", ".join(map(str, missing_ranks[:20])) + (
             " ..." if len(missing_ranks) > 20 else ""
         )
-        which = f"no worker from rank(s) {ranks}" if ranks else "every rank has some missing"
+        which = f"no worker from rank(s) {ranks}" if ranks else "every rank has some"
         return (
             f"only {len(self.workers)} of {plan.total_workers} workers connected within "
             f"{plan.timeout:g} s; {which}"
