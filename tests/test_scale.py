@@ -93,3 +93,27 @@ def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
     assert uss < 128  # 104 per node: ~13 GiB of an Aurora node's 1 TiB
     progress = [x for x in result.stderr.splitlines() if "connected" in x and "workers " in x]
     assert len(progress) < 208 // 2, progress  # rate-limited, not a line per worker
+
+
+def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
+    from distributed import versions
+
+    from dask_hpc.processes import compare_distinct_versions
+
+    original = versions.error_message
+    monkeypatch.setattr(versions, "error_message", original)
+    seen: list[int] = []
+
+    def counting(scheduler, workers, source, source_name="Client"):
+        seen.append(len(workers))
+        return original(scheduler, workers, source, source_name=source_name)
+
+    monkeypatch.setattr(versions, "error_message", counting)
+    compare_distinct_versions()
+    mine = versions.get_versions()
+    other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
+    workers = {f"w{i}": mine for i in range(1000)}
+    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
+    workers["odd"] = other  # one worker with another numpy: the warning is still there
+    assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
+    assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
