@@ -234,3 +234,50 @@ def test_site_from_dask_config_wins_over_detection(tmp_path: Path) -> None:
     with dask.config.set({"hpc.site": "deepops"}):
         assert plan("cpu 1", {"NERSC_HOST": "perlmutter"}, tmp_path).site.name == "deepops"
         assert plan("cpu 1 --site generic", {}, tmp_path).site.name == "generic"
+
+
+def test_timeouts_grow_with_the_expected_worker_count(tmp_path: Path) -> None:
+    small = plan("cpu 4", {}, tmp_path)
+    large = plan("cpu 104 --site aurora", pals(0, 0, 10_000, 1), tmp_path)  # 1,040,000 workers
+    mid = plan("cpu 1", pals(0, 0, 10_000, 1), tmp_path)  # 10,000 ranks of 1 worker
+    # Small clusters keep the configured and Dask's defaults.
+    assert small.timeout == 300
+    assert workers(small)[0]["options"]["death_timeout"] == 60
+    assert workers(small)[0]["env"]["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == "30s"
+    assert small.processes[0].env["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"] == "300s"
+    # Every one of them grows with W, for the scheduler and the workers alike.
+    for p in (mid, large):
+        w = workers(p)[0]
+        sched = p.processes[0].env
+        assert p.timeout > small.timeout
+        assert w["options"]["death_timeout"] > 60
+        connect = float(w["env"]["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"].rstrip("s"))
+        assert connect > 30
+        assert sched["DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT"] == f"{connect:.0f}s"
+        assert float(sched["DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL"].rstrip("s")) > 300
+    assert large.timeout > mid.timeout
+    # 10,000 workers: rank 0 needs a file descriptor per rank and a few per worker.
+    assert mid.open_files >= 10_000 * 4 + 10_000
+    assert small.open_files < 2048
+
+
+def test_explicit_timeouts_and_dask_settings_win(tmp_path: Path) -> None:
+    env = {**pals(0, 0, 10_000, 1), "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "7s"}
+    p = plan("cpu 1 --timeout 42 --death-timeout 9", env, tmp_path)
+    assert p.timeout == 42
+    assert workers(p)[0]["options"]["death_timeout"] == 9
+    # The user's own Dask setting, in the environment, is left alone.
+    assert "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT" not in workers(p)[0]["env"]
+    assert "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT" not in p.processes[0].env
+
+
+def test_oversubscribed_node_slows_idle_workers_profilers(tmp_path: Path) -> None:
+    two_cpus = NodeResources(online_cpus=2, usable_cpus=2, memory=24 * GiB)
+    w = workers(plan("cpu 104", {}, tmp_path, node=two_cpus))[0]
+    assert w["env"]["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] == "520ms"
+    assert w["env"]["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] == "10s"
+    # One worker per CPU or fewer (Aurora: 104 on 208): Dask's own.
+    assert (
+        "DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"
+        not in workers(plan("cpu 104", {}, tmp_path))[0]["env"]
+    )

@@ -78,7 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument(
         "--timeout",
         type=positive_float,
-        help="seconds to wait for the scheduler and every worker (default 300)",
+        help="seconds to wait for the scheduler and every worker (default 300, more for "
+        "thousands of workers)",
     )
     res = p.add_argument_group("workers")
     res.add_argument("--nthreads", type=positive_int, help="threads per worker")
@@ -87,7 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     res.add_argument(
         "--death-timeout",
         type=positive_float,
-        help="seconds a worker waits for a lost scheduler (default 60)",
+        help="seconds a worker may take to start, or waits for a lost scheduler (default 60, "
+        "more for thousands of workers or more workers than CPUs)",
     )
     res.add_argument(
         "--nanny",
@@ -158,7 +160,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
-    from . import nanny_host
+    from . import nanny_host, resources
     from .plan import make_plan
 
     argv = sys.argv[1:] if argv is None else argv
@@ -170,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         # Forked before this rank imports distributed, so that the host's and its forkserver's
         # imports run beside the rank's (see nanny_host).
+        problem = resources.raise_open_files(plan.open_files)  # the nanny host inherits it
+        if problem:
+            plan.notes.append(problem)
         host = nanny_host.start(plan)
         from .runtime import run
 

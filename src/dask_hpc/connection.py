@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -105,6 +107,14 @@ def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerIn
     if info.tls and not info.tls.exist():
         return None
     return info
+
+
+def poll_delays(first: float, cap: float) -> Iterator[float]:
+    """Delays between reads of the scheduler file: jittered, growing by half up to ``cap``."""
+    interval = first
+    while True:
+        yield interval * random.uniform(0.5, 1.5)
+        interval = min(interval * 1.5, cap)
 
 
 def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:

@@ -100,3 +100,26 @@ def detect() -> NodeResources:
     if limit is not None:
         memory = min(memory, limit)
     return NodeResources(online_cpus=online, usable_cpus=usable, memory=memory)
+
+
+def raise_open_files(needed: int) -> str | None:
+    """Raise this process's open-file soft limit to ``needed`` (what its children inherit).
+
+    Returns one line to show when the hard limit is below ``needed``: the soft limit is then
+    raised to the hard one, and the cluster goes on (it may still fit).
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return None
+    target = needed if hard == resource.RLIM_INFINITY or hard >= needed else hard
+    if target > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    if target < needed:
+        return (
+            f"warning: the open-file hard limit ({hard}, ulimit -Hn) is below the ~{needed} "
+            "this rank needs for this cluster's size: expect 'Too many open files'; ask the "
+            "site for a higher limit, or start fewer workers per rank"
+        )
+    return None

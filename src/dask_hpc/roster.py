@@ -28,6 +28,7 @@ class Roster:
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
         self.alive: dict[int, socket.socket] = {}  # rank -> connection
+        self._ranks: dict[int, tuple[int, socket.socket]] = {}  # fd -> its rank, connection
         self.left: set[int] = set()  # ranks that connected, then went
         self._pending: dict[int, tuple[socket.socket, bytes]] = {}
         self._watch, self._unwatch = watch, unwatch
@@ -63,19 +64,23 @@ class Roster:
             token, _, rank = buffer.decode(errors="replace").strip().partition(" ")
             if data and hmac.compare_digest(token, self.token) and rank.isdigit():
                 self.alive[int(rank)] = conn
+                self._ranks[fd] = (int(rank), conn)
                 return
             self._drop(fd, conn)
             return
-        for rank, conn in list(self.alive.items()):
-            if conn.fileno() == fd:
-                try:
-                    if conn.recv(256):
-                        return  # ranks never send more; ignore
-                except BlockingIOError:
-                    return
-                del self.alive[rank]
-                self.left.add(rank)
-                self._drop(fd, conn)
+        if fd not in self._ranks:  # a lookup, not a scan: N ranks leave in O(N)
+            return
+        rank, conn = self._ranks[fd]
+        try:
+            if conn.recv(256):
+                return  # ranks never send more; ignore
+        except BlockingIOError:
+            return
+        del self._ranks[fd]
+        if self.alive.get(rank) is conn:
+            del self.alive[rank]
+            self.left.add(rank)
+        self._drop(fd, conn)
 
     def _drop(self, fd: int, conn: socket.socket) -> None:
         self._unwatch(fd)
@@ -84,9 +89,10 @@ class Roster:
     def close(self) -> None:
         for fd, (conn, _) in list(self._pending.items()):
             self._drop(fd, conn)
-        for conn in list(self.alive.values()):
-            self._drop(conn.fileno(), conn)
+        for fd, (_, conn) in list(self._ranks.items()):
+            self._drop(fd, conn)
         self.alive.clear()
+        self._ranks.clear()
         self._unwatch(self.listener.fileno())
         self.listener.close()
 

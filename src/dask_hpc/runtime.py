@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import shutil
 import signal
 import socket
@@ -19,14 +18,12 @@ from collections.abc import Callable
 
 from . import children, nanny_host, processes, roster, security
 from .banner import ready_message
-from .connection import SchedulerInfo, read_scheduler_file, write_scheduler_file
+from .connection import SchedulerInfo, poll_delays, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
 from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
-WORKERS_LEAVE_TIMEOUT = 10.0
-RANKS_LEAVE_TIMEOUT = 10.0
 
 
 def say(message: str) -> None:
@@ -185,7 +182,7 @@ class FirstRank(Rank):
         startup: bool = False,
     ) -> bool:
         deadline = time.monotonic() + timeout
-        shown = -1
+        shown, shown_at = -1, 0.0
         while not ready():
             if (interruptible and self.sup.signals) or self._scheduler_gone():
                 return False
@@ -195,9 +192,16 @@ class FirstRank(Rank):
                 return False
             self.sup.poll(min(1.0, deadline - time.monotonic()))
             self._handle_exits()
-            if progress and len(self.workers) != shown:
-                shown = len(self.workers)
-                say(f"workers {shown}/{self.plan.total_workers} connected")
+            # A line a second at most (not one per worker: 100,000 lines at scale), and one
+            # at every tenth of the cluster.
+            count, now = len(self.workers), time.monotonic()
+            total = self.plan.total_workers
+            if progress and count != shown:
+                if now - shown_at >= 1.0 or count * 10 // total != max(shown, 0) * 10 // total:
+                    shown, shown_at = count, now
+                    say(f"workers {count}/{total} connected")
+        if progress and shown != len(self.workers):
+            say(f"workers {len(self.workers)}/{self.plan.total_workers} connected")
         return True
 
     def _scheduler_gone(self) -> bool:
@@ -267,20 +271,15 @@ class FirstRank(Rank):
 
     def _missing_message(self) -> str:
         plan = self.plan
-        names = set(self.workers.values())
-        missing_ranks = sorted(
-            {
-                r
-                for r in range(plan.rank.size)
-                if not any(n == str(r) or n.startswith(f"{r}-") for n in names)
-            }
-        )
+        seen = {n.split("-", 1)[0] for n in self.workers.values()}  # names: RANK or RANK-I
+        missing_ranks = [r for r in range(plan.rank.size) if str(r) not in seen]
         ranks = ", ".join(map(str, missing_ranks[:20])) + (
             " ..." if len(missing_ranks) > 20 else ""
         )
+        which = f"no worker from rank(s) {ranks}" if ranks else "every rank has some"
         return (
             f"only {len(self.workers)} of {plan.total_workers} workers connected within "
-            f"{plan.timeout:g} s; no worker from rank(s) {ranks}"
+            f"{plan.timeout:g} s; {which}"
         )
 
     def _until_done(self) -> int:
@@ -340,7 +339,7 @@ class FirstRank(Rank):
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
             self._wait(
                 lambda: not self.workers,
-                WORKERS_LEAVE_TIMEOUT,
+                self.plan.leave_timeout,
                 interruptible=False,
             )
         # The other ranks end with their workers. Wait for them before this rank closes its
@@ -348,7 +347,7 @@ class FirstRank(Rank):
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
         # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
         # roll call closed found srun still counting that rank, which it killed: exit 143).
-        deadline = time.monotonic() + RANKS_LEAVE_TIMEOUT
+        deadline = time.monotonic() + self.plan.leave_timeout
         while self.roster and self.roster.alive and time.monotonic() < deadline:
             self.sup.poll(min(0.5, deadline - time.monotonic()))
             self._handle_exits()
@@ -388,17 +387,14 @@ class WorkerRank(Rank):
         plan = self.plan
         launch = None if plan.join else plan.rank.launch_id
         deadline = time.monotonic() + plan.timeout
-        interval = plan.poll_interval
+        delays = poll_delays(plan.poll_interval, plan.poll_max_interval)
         while True:
             info = read_scheduler_file(plan.scheduler_file, launch)
             if info is not None:
                 return info
             if self.sup.signals or time.monotonic() >= deadline:
                 return None
-            self.sup.poll(
-                min(interval * random.uniform(0.5, 1.5), max(0.0, deadline - time.monotonic()))
-            )
-            interval = min(interval * 1.5, plan.poll_max_interval)
+            self.sup.poll(min(next(delays), max(0.0, deadline - time.monotonic())))
 
     def run(self) -> int:
         plan = self.plan

@@ -1,0 +1,421 @@
+"""Start-up and shutdown at scale: N ranks and W workers against the real rank 0, TLS on.
+
+Rank 0 is the real ``start-cluster`` (scheduler, roll call, scheduler file, its own Nanny and
+worker, COMMAND), told by an emulated Open MPI environment that it is rank 0 of N ranks. The
+other N - 1 ranks are simulated, many per process: each one polls the real scheduler file with
+the real reader and the real jittered intervals (``connection.poll_delays``), answers the real
+roll call (``roster.join``) and then starts its workers as ``distributed.Worker`` objects that
+share the process's event loop (no Nanny, profiling off, the system monitor every 10 s: the
+lightest worker that still registers, heartbeats and is closed by the scheduler). A simulated
+rank closes its roll-call connection when its workers are closed, as a real rank exits.
+
+    PYTHONPATH=src python benchmarks/scale.py [--workers 100 500 1000 2000] [--per-rank 1]
+
+For each W it prints: seconds from the last worker's start to "all connected" (the ready line),
+seconds from COMMAND's exit to every process gone, rank 0's CPU seconds (rank, scheduler, its
+nanny host and worker) and peak memory (sum of their RSS), stat/open calls per second on the
+scheduler file while the ranks wait for it, the most open file descriptors at rank 0 (rank +
+scheduler), the progress lines printed, and the load average. Then a least-squares fit of each
+against W and the goals of issue 12.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+SRC = REPO / "src"
+
+# What every simulated worker changes from Dask's defaults (they are not what is measured).
+SIM_CONFIG = {
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED": "False",
+    "DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL": "10s",
+    "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "fork",
+}
+RANKS_PER_SIM = 250  # simulated ranks per process
+
+
+def rank_env(rank: int, size: int, job: str, per_rank: int) -> dict[str, str]:
+    """Open MPI's variables for ``rank`` of ``size``, one rank per (emulated) node."""
+    return {
+        "OMPI_COMM_WORLD_RANK": str(rank),
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": str(size),
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_MCA_ess_base_jobid": job,
+    }
+
+
+# ---------------------------------------------------------------------------- simulated ranks
+
+
+async def sim_rank(rank: int, args: argparse.Namespace, stats: dict) -> None:
+    from distributed import Worker
+    from distributed.security import Security
+
+    from dask_hpc import connection, launchers, roster
+
+    env = rank_env(rank, args.size, args.job, args.per_rank)
+    info_rank = launchers.detect(env, None, pid=os.getpid(), host=f"node{rank}")
+    path = Path(args.scheduler_file)
+    delays = connection.poll_delays(args.poll_interval, args.poll_max_interval)
+    while True:
+        stats["reads"] += 1
+        info = connection.read_scheduler_file(path, info_rank.launch_id)
+        if info is not None:
+            break
+        await asyncio.sleep(next(delays))
+    stats["found"] = max(stats["found"], time.time())
+    conn = roster.join(info.roster, info.token, rank, 60)
+    tls = info.tls
+    security = Security(
+        tls_ca_file=str(tls.ca),
+        tls_worker_cert=str(tls.cert),
+        tls_worker_key=str(tls.key),
+        require_encryption=True,
+    )
+    workers = []
+    for i in range(args.per_rank):
+        name = f"{rank}-{i}" if args.per_rank > 1 else str(rank)
+        stats["last_start"] = max(stats["last_start"], time.time())
+        workers.append(
+            Worker(
+                info.address,
+                name=name,
+                nthreads=1,
+                memory_limit="1GiB",
+                security=security,
+                local_directory=f"{args.local}/{rank}",
+                dashboard=False,
+                host="127.0.0.1",
+                protocol="tls",
+                death_timeout=args.death_timeout,
+            )
+        )
+    await asyncio.gather(*workers)
+    await asyncio.gather(*(w.finished() for w in workers))
+    conn.close()  # this rank "exits": rank 0's roll call sees it go
+
+
+async def sim_main(args: argparse.Namespace) -> int:
+    stats = {"reads": 0, "found": 0.0, "last_start": 0.0, "first_poll": time.time()}
+    ranks = range(args.first, args.first + args.count)
+    results = await asyncio.gather(
+        *(sim_rank(r, args, stats) for r in ranks), return_exceptions=True
+    )
+    stats["errors"] = [repr(r) for r in results if isinstance(r, BaseException)][:5]
+    Path(args.out).write_text(json.dumps(stats))
+    return 1 if stats["errors"] else 0
+
+
+# ---------------------------------------------------------------------------- the benchmark
+
+
+class Rank0Watch(threading.Thread):
+    """Samples rank 0's processes (RSS sum, fds of the rank and its scheduler, CPU)."""
+
+    def __init__(self, pid: int) -> None:
+        super().__init__(daemon=True)
+        import psutil
+
+        self.psutil = psutil
+        self.root = psutil.Process(pid)
+        self.peak_rss = 0
+        self.peak_fds = 0
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        ps = self.psutil
+        while not self.done.wait(0.25):
+            try:
+                procs = [self.root, *self.root.children(recursive=True)]
+            except ps.Error:
+                return
+            rss = fds = 0
+            for p in procs:
+                try:
+                    rss += p.memory_info().rss
+                    if p is self.root or p.ppid() == self.root.pid:  # rank, scheduler, host
+                        fds += p.num_fds()
+                except ps.Error:
+                    continue
+            self.peak_rss = max(self.peak_rss, rss)
+            self.peak_fds = max(self.peak_fds, fds)
+
+
+def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
+    size = workers // per_rank
+    job = f"scale{workers}x{random.randrange(10**6)}"
+    sched_dir = tmp / "sched"
+    local = tmp / "local"
+    for d in (sched_dir, local):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    stamp = tmp / "command-exit"
+    stamp.unlink(missing_ok=True)
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        "DASK_HPC__SCHEDULER_DIRECTORY": str(sched_dir),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env0 = {**env, **rank_env(0, size, job, per_rank)}
+    from dask_hpc import launchers, plan
+
+    info0 = launchers.detect(env0, None, pid=0, host="node0")
+    scheduler_file = sched_dir / f"dask-hpc-{info0.launch_id}" / "scheduler.json"
+    argv0 = [
+        sys.executable,
+        "-m",
+        "dask_hpc",
+        "cpu",
+        str(per_rank),
+        "--nthreads",
+        "1",
+        "--memory-limit",
+        "1GiB",
+        "--interface",
+        "lo",
+        "--local-directory",
+        str(local / "rank0"),
+        "--",
+        "sh",
+        "-c",
+        f"date +%s.%N > {stamp}",
+    ]
+    poll_max = plan.poll_max_interval(size)
+    start = time.time()
+    rank0 = subprocess.Popen(argv0, env=env0, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    watch = Rank0Watch(rank0.pid)
+    watch.start()
+    lines: list[tuple[float, str]] = []
+
+    def read_stderr() -> None:
+        assert rank0.stderr is not None
+        for raw in rank0.stderr:
+            lines.append((time.time(), raw.decode(errors="replace").rstrip()))
+
+    reader = threading.Thread(target=read_stderr, daemon=True)
+    reader.start()
+    sims = []
+    # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
+    needs = plan.scale_needs(workers, size, per_rank, len(os.sched_getaffinity(0)), {})
+    sim_env = {**env, **SIM_CONFIG, **needs.env}
+    for first in range(1, size, RANKS_PER_SIM):
+        count = min(RANKS_PER_SIM, size - first)
+        out = tmp / f"sim-{first}.json"
+        out.unlink(missing_ok=True)
+        argv = [
+            sys.executable,
+            __file__,
+            "_sim",
+            "--first", str(first),
+            "--count", str(count),
+            "--size", str(size),
+            "--per-rank", str(per_rank),
+            "--job", job,
+            "--scheduler-file", str(scheduler_file),
+            "--local", str(local),
+            "--out", str(out),
+            "--poll-interval", "0.1",
+            "--poll-max-interval", str(poll_max),
+            "--death-timeout", str(needs.start_timeout),
+        ]  # fmt: skip
+        with open(out.with_suffix(".err"), "wb") as err:  # a file: a full pipe would block it
+            sims.append((subprocess.Popen(argv, env=sim_env, stderr=err), out))
+    ends: dict[int, float] = {}
+    usage: dict[int, resource.struct_rusage] = {}
+
+    def reap(pid: int) -> None:
+        _, status, ru = os.wait4(pid, 0)
+        ends[pid] = time.time()
+        usage[pid] = ru
+
+    reapers = [threading.Thread(target=reap, args=(p.pid,)) for p in [rank0, *(s for s, _ in sims)]]
+    for t in reapers:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in reapers:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if any(t.is_alive() for t in reapers):
+        for p in [rank0, *(s for s, _ in sims)]:
+            if p.pid not in ends:
+                p.kill()
+        for t in reapers:
+            t.join()
+        errs = [out.with_suffix(".err").read_text(errors="replace")[-1500:] for _, out in sims]
+        raise RuntimeError(
+            f"W={workers}: not done within {timeout:g} s:\n" + dump(lines) + "\n".join(errs[:1])
+        )
+    watch.done.set()
+    watch.join()
+    reader.join()
+    for p in [rank0, *(s for s, _ in sims)]:
+        p.returncode = 0  # reaped above
+    sim_stats = []
+    for _, out in sims:
+        err = out.with_suffix(".err").read_text(errors="replace")
+        if not out.exists():
+            raise RuntimeError(f"a simulator wrote nothing:\n{err[-3000:]}")
+        sim_stats.append(json.loads(out.read_text()))
+        if sim_stats[-1]["errors"]:
+            raise RuntimeError(f"simulated ranks failed: {sim_stats[-1]['errors']}\n{err[-2000:]}")
+    ready = next((t for t, line in lines if "Dask cluster ready" in line), None)
+    if ready is None or not stamp.exists():
+        raise RuntimeError(f"W={workers}: the cluster never became ready:\n" + dump(lines))
+    command_exit = float(stamp.read_text())
+    last_start = max(s["last_start"] for s in sim_stats) if sim_stats else start
+    published = min((s["found"] for s in sim_stats), default=start)
+    reads = sum(s["reads"] for s in sim_stats)
+    wait_window = max(1e-3, max((s["found"] for s in sim_stats), default=start) - start)
+    ru = usage[rank0.pid]
+    if os.environ.get("SCALE_TRACE"):
+        for t, line in lines:
+            print(f"    {t - command_exit:+8.2f} {line[:150]}", file=sys.stderr)
+        for pid, t in ends.items():
+            print(f"    {t - command_exit:+8.2f} pid {pid} ended", file=sys.stderr)
+    return {
+        "workers": workers,
+        "ranks": size,
+        "connect_s": ready - last_start,
+        "start_s": ready - start,
+        "shutdown_s": max(ends.values()) - command_exit,
+        # rank 0 exits after the last rank left: what is left of the shutdown is its own part
+        "rank0_shutdown_s": ends[rank0.pid] - max([command_exit, *(ends[p.pid] for p, _ in sims)]),
+        "cpu_s": ru.ru_utime + ru.ru_stime,
+        "peak_mib": watch.peak_rss / 2**20,
+        "largest_mib": ru.ru_maxrss / 1024,
+        "stats_per_s": reads / wait_window,
+        "reads": reads,
+        "published_after_s": published - start,
+        "fds": watch.peak_fds,
+        "progress_lines": sum(
+            1 for _, line in lines if " connected" in line and "workers " in line
+        ),
+        "load": os.getloadavg()[0],
+    }
+
+
+def dump(lines: list[tuple[float, str]]) -> str:
+    return "\n".join(line for _, line in lines[-40:])
+
+
+def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """y = a + b * x**p, least squares: a and b for each p in 0, 0.05, ... 2, the best p kept."""
+    best = (float("inf"), ys[0] if ys else 0.0, 0.0, 1.0)
+    n = len(xs)
+    for p in (i / 20 for i in range(41)):
+        zs = [x**p for x in xs]
+        mz, my = sum(zs) / n, sum(ys) / n
+        var = sum((z - mz) ** 2 for z in zs)
+        b = sum((z - mz) * (y - my) for z, y in zip(zs, ys, strict=True)) / var if var else 0.0
+        a = my - b * mz
+        err = sum((a + b * z - y) ** 2 for z, y in zip(zs, ys, strict=True))
+        if err < best[0] - 1e-12:
+            best = (err, a, b, p)
+    return best[1], best[2], best[3]
+
+
+COLUMNS = [
+    ("connect_s", "last start -> all connected (s)", "{:.2f}"),
+    ("start_s", "launch -> all connected (s)", "{:.1f}"),
+    ("shutdown_s", "COMMAND exit -> all gone (s)", "{:.2f}"),
+    ("rank0_shutdown_s", "  of which rank 0 after the last rank left (s)", "{:.2f}"),
+    ("cpu_s", "rank 0 CPU (s)", "{:.1f}"),
+    ("cpu_ms_per_worker", "rank 0 CPU per worker (ms)", "{:.1f}"),
+    ("peak_mib", "rank 0 peak RSS (MiB)", "{:.0f}"),
+    ("stats_per_s", "scheduler-file reads/s", "{:.0f}"),
+    ("fds", "rank 0 open fds", "{:d}"),
+    ("progress_lines", "progress lines", "{:d}"),
+    ("load", "load avg", "{:.1f}"),
+]
+
+
+def report(results: list[dict]) -> None:
+    for r in results:
+        r["cpu_ms_per_worker"] = 1000 * r["cpu_s"] / r["workers"]
+    ws = [r["workers"] for r in results]
+    print(f"\nScale, {os.cpu_count()} CPUs, TLS on, {results[0]['workers'] // results[0]['ranks']} "
+          "worker(s) per rank (rank 0 real, the other ranks simulated)")  # fmt: skip
+    print("| W (= ranks x per rank) | " + " | ".join(str(w) for w in ws) + " |")
+    print("|---" * (len(ws) + 1) + "|")
+    for key, label, fmt in COLUMNS:
+        print(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in results) + " |")
+    print("\n| fit against W | model | at 10,000 | at 100,000 |\n|---|---|---|---|")
+    for key, label, _ in COLUMNS:
+        if key in ("load", "progress_lines", "start_s"):
+            continue
+        a, b, p = fit([float(w) for w in ws], [float(r[key]) for r in results])
+        at = [a + b * w**p for w in (1e4, 1e5)]
+        print(f"| {label} | {a:.3g} + {b:.3g} W^{p:.2f} | {at[0]:.4g} | {at[1]:.4g} |")
+    by_w = {r["workers"]: r for r in results}
+    goals = []
+    if 1000 in by_w:
+        goals.append(("1,000 workers connected after the last start", by_w[1000]["connect_s"], 10))
+        goals.append(("shutdown of 1,000 workers", by_w[1000]["shutdown_s"], 5))
+    if len(ws) >= 3:  # the CPU each added worker costs rank 0, last step vs first step
+        step = [
+            (by_w[b]["cpu_s"] - by_w[a]["cpu_s"]) / (b - a)
+            for a, b in zip(ws, ws[1:], strict=False)
+        ]
+        goals.append((f"rank 0 CPU per added worker, {ws[-2]}-{ws[-1]} vs {ws[0]}-{ws[1]}",
+                      step[-1] / step[0], 1.25))  # fmt: skip
+    if goals:
+        print("\n| goal | measured | target | met |\n|---|---|---|---|")
+        for what, value, target in goals:
+            print(f"| {what} | {value:.2f} | <= {target} | {'yes' if value <= target else 'NO'} |")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_sim":
+        p = argparse.ArgumentParser()
+        for name in ("first", "count", "size", "per-rank"):
+            p.add_argument(f"--{name}", type=int, required=True)
+        for name in ("poll-interval", "poll-max-interval", "death-timeout"):
+            p.add_argument(f"--{name}", type=float, required=True)
+        for name in ("job", "scheduler-file", "local", "out"):
+            p.add_argument(f"--{name}", required=True)
+        sys.path.insert(0, str(SRC))
+        return asyncio.run(sim_main(p.parse_args(sys.argv[2:])))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[100, 500, 1000, 2000])
+    parser.add_argument("--per-rank", type=int, default=1, help="workers per simulated rank")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per size")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args()
+    sys.path.insert(0, str(SRC))
+    tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-"))
+    results = []
+    try:
+        for w in opts.workers:
+            r = run_one(w, opts.per_rank, tmp, opts.timeout)
+            results.append(r)
+            print(
+                f"  measured W={w}: connect {r['connect_s']:.2f} s, shutdown "
+                f"{r['shutdown_s']:.2f} s, cpu {r['cpu_s']:.1f} s, fds {r['fds']}, "
+                f"load {r['load']:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

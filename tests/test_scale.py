@@ -1,0 +1,119 @@
+"""Cluster size: the open-file limit rank 0 needs, and Aurora's CPU layout on two nodes."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+from harness.mpi import mpich_nodes
+from support import TESTS, start_cluster
+
+from dask_hpc.plan import FDS_BASE
+
+MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
+LIMITS = [
+    sys.executable,
+    "-c",
+    "import resource; print(*resource.getrlimit(resource.RLIMIT_NOFILE))",
+]
+
+
+def limited(soft: int, hard: int | None, argv: list[str]) -> list[str]:
+    """``argv`` run under the given open-file limits (set by the shell, as a batch job's are)."""
+    cmd = " ".join(map(shlex.quote, argv))
+    hard_too = f" && ulimit -Hn {hard}" if hard else ""
+    return ["sh", "-c", f"ulimit -Sn {soft}{hard_too} && exec {cmd}"]
+
+
+def test_rank_raises_its_open_file_limit(run_cmd, cluster_env) -> None:
+    argv = [*start_cluster(), "cpu", "1", "--", *LIMITS]
+    result = run_cmd(limited(256, None, argv), env=cluster_env, timeout=90)
+    assert result.returncode == 0, result.stderr
+    soft, hard = map(int, result.stdout.split()[-2:])
+    assert soft >= FDS_BASE > 256  # COMMAND inherits the rank's raised soft limit
+    assert "open-file" not in result.stderr
+
+
+def test_hard_limit_too_low_is_one_line_and_the_cluster_still_runs(run_cmd, cluster_env) -> None:
+    argv = [*start_cluster(), "cpu", "1", "--", *LIMITS]
+    result = run_cmd(limited(200, 300, argv), env=cluster_env, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["300", "300"]  # raised as far as the hard limit allows
+    lines = [line for line in result.stderr.splitlines() if "open-file hard limit" in line]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("start-cluster: warning: the open-file hard limit (300, ulimit -Hn)")
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.timeout(900)
+def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
+    run_cmd, cluster_env, tmp_path: Path
+) -> None:
+    """One rank per node starting 104 workers (`start-cluster cpu 104`), two emulated nodes.
+
+    On this 2-core machine that is 104x oversubscribed: it checks that the derived timeouts
+    let such a start finish, and what each forked worker costs.
+    """
+    argv = [
+        *mpich_nodes(2, 1),
+        *start_cluster(),
+        "cpu",
+        "104",
+        "--nthreads",
+        "1",
+        "--memory-limit",
+        "256MiB",
+        "--interface",
+        "lo",
+        "--dashboard-address",
+        "127.0.0.1:0",
+        "--local-directory",
+        str(tmp_path / "local"),
+        "--",
+        sys.executable,
+        str(MEMORY_JOB),
+    ]
+    env = {**cluster_env, "DASK_HPC__TIMEOUT": "600"}
+    result = run_cmd(argv, env=env, timeout=700)
+    assert result.returncode == 0, result.stderr[-5000:]
+    line = next(x for x in result.stdout.splitlines() if x.startswith("MEMORY "))
+    out = json.loads(line[len("MEMORY ") :])
+    assert out["workers"] == 208 and out["sum"] == sum(range(1, 209))
+    uss = statistics.median(m["uss"] for m in out["memory"]) / 2**20
+    pss = statistics.median(m["pss"] for m in out["memory"]) / 2**20
+    hosts = [m["uss"] / 2**20 for m in out["nanny_hosts"]]
+    print(
+        f"208 workers: median USS {uss:.0f} MiB, PSS {pss:.0f} MiB per worker process; "
+        f"nanny hosts USS {', '.join(f'{h:.0f}' for h in hosts)} MiB (104 Nannies each)"
+    )
+    assert uss < 128  # 104 per node: ~13 GiB of an Aurora node's 1 TiB
+    progress = [x for x in result.stderr.splitlines() if "connected" in x and "workers " in x]
+    assert len(progress) < 208 // 2, progress  # rate-limited, not a line per worker
+
+
+def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
+    from distributed import versions
+
+    from dask_hpc.processes import compare_distinct_versions
+
+    original = versions.error_message
+    monkeypatch.setattr(versions, "error_message", original)
+    seen: list[int] = []
+
+    def counting(scheduler, workers, source, source_name="Client"):
+        seen.append(len(workers))
+        return original(scheduler, workers, source, source_name=source_name)
+
+    monkeypatch.setattr(versions, "error_message", counting)
+    compare_distinct_versions()
+    mine = versions.get_versions()
+    other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
+    workers = {f"w{i}": mine for i in range(1000)}
+    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
+    workers["odd"] = other  # one worker with another numpy: the warning is still there
+    assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
+    assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
