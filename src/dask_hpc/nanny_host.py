@@ -44,11 +44,11 @@ def start(plan: Plan) -> NannyHost | None:
     return NannyHost(pid, write_fd, spec)
 
 
-def send_start(host: NannyHost, address: str, env: dict[str, str]) -> None:
-    """Give the host the scheduler's address and the cluster's TLS settings."""
+def send_start(pipe: int, address: str, env: dict[str, str]) -> None:
+    """Give the host (on ``pipe``) the scheduler's address and the cluster's TLS settings."""
     message = json.dumps({"address": address, "env": env}) + "\n"
     try:
-        os.write(host.pipe, message.encode())
+        os.write(pipe, message.encode())
     except BrokenPipeError:  # the host already ended: the rank hears why from its exit status
         pass
 

@@ -64,8 +64,8 @@ class Rank:
     def __init__(self, plan: Plan, host: nanny_host.NannyHost | None) -> None:
         self.plan = plan
         self.sup = Supervisor()
-        self.host = host  # forked before Dask was imported (cli.main); it waits for the address
-        self._host_released = False
+        # The pipe to the nanny host (forked in cli.main), open until the host has the address.
+        self._host_pipe = host.pipe if host is not None else None
         if host is not None:
             self.sup.add(host.spec, host.pid)
         self.stopping = False
@@ -75,8 +75,8 @@ class Rank:
 
     def start_workers(self, address: str, tls: security.TlsFiles | None) -> None:
         """Send the nanny host the scheduler's address, or fork plain workers (--no-nanny)."""
-        if self.host is not None:
-            nanny_host.send_start(self.host, address, security.tls_env(tls) if tls else {})
+        if self._host_pipe is not None:
+            nanny_host.send_start(self._host_pipe, address, security.tls_env(tls) if tls else {})
             self.release_host()
             return
         for spec in self._worker_specs():
@@ -84,9 +84,9 @@ class Rank:
 
     def release_host(self) -> None:
         """Close the pipe to the nanny host: a host still waiting on it exits."""
-        if self.host is not None and not self._host_released:
-            os.close(self.host.pipe)
-            self._host_released = True
+        if self._host_pipe is not None:
+            os.close(self._host_pipe)
+            self._host_pipe = None
 
     def _worker_specs(self) -> list[ProcessSpec]:
         return [spec for spec in self.plan.processes if spec.role == "worker"]
