@@ -1,8 +1,13 @@
 """What the forkserver imports before it forks this rank's workers.
 
-Everything Dask preloads there itself (distributed and its required and optional packages),
-then ``gc.freeze()``: the worker processes forked from it never scan those objects again.
-Measured on 2 cores: without it, a closing worker spent ~0.15 s in garbage collection over the
+1. Everything Dask preloads there itself (distributed and its required and optional packages).
+2. What each worker would otherwise do for itself after the fork, every time: import its HTTP
+   routes (prometheus_client), this package's worker and command-line modules (multiprocessing
+   imports the parent's ``__main__`` again in each child), and read the package versions it
+   sends the scheduler (``get_versions``, cached by Dask). Measured on 2 cores: 28 ms of CPU
+   per worker; 64 workers connected in 4.19 s instead of 5.41 s (median of 3).
+3. ``gc.freeze()``: the worker processes forked from it never scan those objects again.
+   Measured on 2 cores: without it, a closing worker spent ~0.15 s in garbage collection over the
 inherited objects (16 workers: 2.3 s to shut down), and every collection dirtied the pages
 they share with the forkserver.
 """
@@ -10,12 +15,21 @@ they share with the forkserver.
 import gc
 import importlib
 
-from distributed.versions import optional_packages, required_packages
+import dask.config
+from distributed.versions import get_versions, optional_packages, required_packages
 
-for _name in ["distributed", *required_packages, *optional_packages]:
+_worker_imports = [
+    *dask.config.get("distributed.worker.http.routes", default=[]),
+    "dask_hpc.worker",
+    "dask_hpc.cli",
+    "multiprocessing.synchronize",
+    "tornado.platform.asyncio",
+]
+for _name in ["distributed", *required_packages, *optional_packages, *_worker_imports]:
     try:
         importlib.import_module(_name)
     except ImportError:
         pass
+get_versions()
 
 gc.freeze()
