@@ -7,9 +7,9 @@
    sends the scheduler (``get_versions``, cached by Dask). Measured on 2 cores: 28 ms of CPU
    per worker; 64 workers connected in 4.19 s instead of 5.41 s (median of 3).
 3. ``gc.freeze()``: the worker processes forked from it never scan those objects again.
-   Measured on 2 cores: without it, a closing worker spent ~0.15 s in garbage collection over the
-inherited objects (16 workers: 2.3 s to shut down), and every collection dirtied the pages
-they share with the forkserver.
+   Measured on 2 cores: without it, a closing worker spent ~0.15 s in garbage collection over
+   the inherited objects (16 workers: 2.3 s to shut down), and every collection dirtied the
+   pages they share with the forkserver.
 """
 
 import gc
