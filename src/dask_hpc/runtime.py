@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from . import children, nanny_host, processes, roster, security
+from . import children, nanny_host, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, poll_delays, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError
@@ -79,6 +79,8 @@ class Rank:
             nanny_host.send_start(self._host_pipe, address, security.tls_env(tls) if tls else {})
             self.release_host()
             return
+        from . import processes  # distributed: only a rank that runs Dask itself imports it
+
         for spec in self._worker_specs():
             self.sup.add(spec, children.fork(processes.worker_main, spec, address))
 
@@ -166,6 +168,8 @@ class FirstRank(Rank):
         self.started: dict | None = None
         self.sup.watch(read_fd, self._on_events)
         spec = self.scheduler_spec
+        from . import processes  # distributed, imported here before the scheduler is forked
+
         self.sup.add(spec, children.fork(processes.scheduler_main, spec, write_fd))
         os.close(write_fd)
         try:
