@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import sys
 from pathlib import Path
 
 from support import probe, probe_result, start_cluster
@@ -155,3 +156,30 @@ def test_help_lists_dask_option_names(run_cmd, cluster_env) -> None:
         "--timeout",
     ):
         assert option in result.stdout
+
+
+PRELOADED = """
+import json, sys
+from distributed import Client
+mods = Client().run(lambda: "pandas" in sys.modules)
+print("PRELOADED " + json.dumps(sorted(mods.values())))
+"""
+
+
+def test_dask_optional_packages_are_preloaded_only_where_workers_share_them(
+    run_cmd, cluster_env
+) -> None:
+    """The forkserver imports pandas for 2+ workers (as Dask's does), not for a single one."""
+    from distributed.versions import optional_packages
+
+    from dask_hpc.nanny_host import SHARED_PRELOAD
+
+    assert list(SHARED_PRELOAD) == optional_packages  # Dask's own list, kept by hand here
+    seen = {}
+    for workers in ("1", "2"):
+        cmd = [*start_cluster(), "cpu", workers, "--", sys.executable, "-c", PRELOADED]
+        result = run_cmd(cmd, env=cluster_env, timeout=90)
+        assert result.returncode == 0, result.stderr
+        line = next(x for x in result.stdout.splitlines() if x.startswith("PRELOADED "))
+        seen[workers] = json.loads(line.removeprefix("PRELOADED "))
+    assert seen == {"1": [False], "2": [True, True]}

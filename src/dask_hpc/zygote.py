@@ -1,6 +1,7 @@
 """What the forkserver imports before it forks this rank's workers.
 
-1. Everything Dask preloads there itself (distributed and its required and optional packages).
+1. Distributed and its required packages; for more than one worker, the forkserver imports
+   Dask's optional packages (numpy, pandas, lz4) first (``nanny_host.start_forkserver``).
 2. What each worker would otherwise do for itself after the fork, every time: import its HTTP
    routes (prometheus_client), this package's worker and command-line modules (multiprocessing
    imports the parent's ``__main__`` again in each child), and read the package versions it
@@ -16,7 +17,7 @@ import gc
 import importlib
 
 import dask.config
-from distributed.versions import get_versions, optional_packages, required_packages
+from distributed.versions import get_versions, required_packages
 
 _worker_imports = [
     *dask.config.get("distributed.worker.http.routes", default=[]),
@@ -25,7 +26,7 @@ _worker_imports = [
     "multiprocessing.synchronize",
     "tornado.platform.asyncio",
 ]
-for _name in ["distributed", *required_packages, *optional_packages, *_worker_imports]:
+for _name in ["distributed", *required_packages, *_worker_imports]:
     try:
         importlib.import_module(_name)
     except ImportError:
