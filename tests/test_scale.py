@@ -117,3 +117,40 @@ def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
     workers["odd"] = other  # one worker with another numpy: the warning is still there
     assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
     assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
+
+
+def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other() -> None:
+    """Dask's remove_worker sends every remaining worker a message about each one that left
+    (O(W^2)); close_workers, the end of a cluster, does not: real scheduler and workers."""
+    import asyncio
+
+    from distributed import Scheduler, Worker
+
+    from dask_hpc.processes import close_workers
+
+    async def remove_worker_messages(close) -> int:
+        sent = []
+        async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
+            workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(4)]
+            await asyncio.gather(*workers)
+            for stream in scheduler.stream_comms.values():
+                send = stream.send
+                stream.send = lambda *msgs, send=send: (
+                    sent.extend(m for m in msgs if m.get("op") == "remove-worker"),
+                    send(*msgs),
+                )
+            close(scheduler)
+            await asyncio.wait_for(asyncio.gather(*(w.finished() for w in workers)), 30)
+            async def all_removed() -> None:
+                while scheduler.workers:
+                    await asyncio.sleep(0.01)
+
+            await asyncio.wait_for(all_removed(), 30)
+        return len(sent)
+
+    def one_by_one(scheduler) -> None:  # what Dask does without close_workers
+        for address in list(scheduler.workers):
+            scheduler.close_worker(address)
+
+    assert asyncio.run(remove_worker_messages(one_by_one)) == 3 + 2 + 1  # the test sees them
+    assert asyncio.run(remove_worker_messages(close_workers)) == 0
