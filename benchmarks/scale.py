@@ -141,6 +141,7 @@ class Rank0Watch(threading.Thread):
         self.root = psutil.Process(pid)
         self.peak_rss = 0
         self.peak_fds = 0
+        self.cpu: list[tuple[float, float]] = []  # (time, CPU seconds of rank 0's processes)
         self.done = threading.Event()
 
     def run(self) -> None:
@@ -151,13 +152,16 @@ class Rank0Watch(threading.Thread):
             except ps.Error:
                 return
             rss = fds = 0
+            cpu = 0.0
             for p in procs:
                 try:
                     rss += p.memory_info().rss
+                    cpu += sum(p.cpu_times()[:2])
                     if p is self.root or p.ppid() == self.root.pid:  # rank, scheduler, host
                         fds += p.num_fds()
                 except ps.Error:
                     continue
+            self.cpu.append((time.time(), cpu))
             self.peak_rss = max(self.peak_rss, rss)
             self.peak_fds = max(self.peak_fds, fds)
 
@@ -302,6 +306,10 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
         # rank 0 exits after the last rank left: what is left of the shutdown is its own part
         "rank0_shutdown_s": ends[rank0.pid] - max([command_exit, *(ends[p.pid] for p, _ in sims)]),
         "cpu_s": ru.ru_utime + ru.ru_stime,
+        # What a real shutdown cannot spread over the nodes: rank 0's own work after COMMAND.
+        "shutdown_cpu_s": ru.ru_utime
+        + ru.ru_stime
+        - max((c for t, c in watch.cpu if t <= command_exit), default=0.0),
         "peak_mib": watch.peak_rss / 2**20,
         "largest_mib": ru.ru_maxrss / 1024,
         "stats_per_s": reads / wait_window,
@@ -341,6 +349,7 @@ COLUMNS = [
     ("shutdown_s", "COMMAND exit -> all gone (s)", "{:.2f}"),
     ("rank0_shutdown_s", "  of which rank 0 after the last rank left (s)", "{:.2f}"),
     ("cpu_s", "rank 0 CPU (s)", "{:.1f}"),
+    ("shutdown_cpu_s", "  of which after COMMAND's exit (s)", "{:.2f}"),
     ("cpu_ms_per_worker", "rank 0 CPU per worker (ms)", "{:.1f}"),
     ("peak_mib", "rank 0 peak RSS (MiB)", "{:.0f}"),
     ("stats_per_s", "scheduler-file reads/s", "{:.0f}"),
