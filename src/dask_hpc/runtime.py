@@ -434,6 +434,13 @@ class WorkerRank(Rank):
                 "check that every node can reach rank 0's node (--interface)",
             ) from None
         self.roster_conn = conn  # held: closing it would tell rank 0 this rank is gone
+        # Rank 0 exits once every rank's connection has closed. Without this copy of the fd,
+        # owned by no Python object, the connection closed when run() returned, before the
+        # interpreter's shutdown; rank 0 could exit with COMMAND's non-zero status while this
+        # rank still ran, and `srun --kill-on-bad-exit` then SIGTERMed it (exit 143 instead
+        # of COMMAND's status, seen once in CI under load). Now only this process's exit
+        # closes it.
+        os.dup(conn.fileno())
 
         def on_data() -> None:
             try:
