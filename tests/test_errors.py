@@ -105,8 +105,30 @@ def test_unusable_scheduler_directory(run_cmd, cluster_env, tmp_path: Path) -> N
     assert_one_line_error(result, "scheduler directory", "is not usable", "--scheduler-file")
 
 
+def test_cluster_directory_that_cannot_be_made_after_the_scheduler_forked(
+    run_cmd, cluster_env, tmp_path: Path
+) -> None:
+    """A file where this job's cluster directory goes: found by rank 0 only after it forked
+    the scheduler and the nanny host; both end, one line, exit 2 (the leak check runs after)."""
+    env = {
+        **cluster_env,
+        "OMPI_COMM_WORLD_RANK": "0",
+        "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+        "OMPI_COMM_WORLD_SIZE": "1",
+        "OMPI_COMM_WORLD_LOCAL_SIZE": "1",
+        "OMPI_MCA_ess_base_jobid": "4242",  # Open MPI's job id: the cluster directory's name
+    }
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "dask-hpc-4242").write_text("")
+    result = run_cmd([*start_cluster(), "cpu", "1", "--", "true"], env=env, timeout=60)
+    assert_one_line_error(result, "cannot prepare", "dask-hpc-4242", "--scheduler-file")
+
+
 def test_layout_mismatch_under_real_mpich(run_cmd, cluster_env) -> None:
-    result = run_cmd([*mpich(3), *start_cluster(), "cpu", "2"], env=cluster_env, timeout=60)
+    # -disable-auto-cleanup: hydra would kill the other ranks as soon as the first one exits
+    # with an error, before a rank slower to start (on a loaded machine) printed its line.
+    launch = mpich(3, extra=["-disable-auto-cleanup"])
+    result = run_cmd([*launch, *start_cluster(), "cpu", "2"], env=cluster_env, timeout=60)
     assert result.returncode != 0
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("start-cluster: error:")]
     assert len(errors) == 3  # one line per rank, each naming both numbers

@@ -6,6 +6,7 @@ Nothing here imports Dask, so a rank can fork before it imports ``distributed``.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -33,6 +34,22 @@ def die_with_parent(sig: int, parent: int) -> None:
         return
     if os.getppid() != parent:  # the rank died before prctl took effect
         os.kill(os.getpid(), sig)
+
+
+def send_json(pipe: int, message: dict[str, Any]) -> None:
+    """One JSON line to a forked child waiting in ``read_json`` (one already gone is ignored:
+    the rank hears why from its exit status)."""
+    try:
+        os.write(pipe, (json.dumps(message) + "\n").encode())
+    except BrokenPipeError:
+        pass
+
+
+def read_json(pipe: int) -> dict[str, Any] | None:
+    """The parent's one JSON line on ``pipe`` (None: the pipe closed before it came)."""
+    with os.fdopen(pipe, "rb") as f:
+        line = f.readline()
+    return json.loads(line) if line.endswith(b"\n") else None
 
 
 def fork(target: Callable[..., int], *args: Any) -> int:

@@ -9,7 +9,6 @@ other. It then waits on a pipe for the scheduler's address and runs ``nannies.ru
 from __future__ import annotations
 
 import importlib.util
-import json
 import multiprocessing.forkserver
 import os
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 import dask.config
 import yaml
 
-from .children import EXIT_CLOSED, fork
+from .children import EXIT_CLOSED, fork, read_json, send_json
 from .plan import Plan, ProcessSpec, shared_env
 
 
@@ -46,11 +45,7 @@ def start(plan: Plan) -> NannyHost | None:
 
 def send_start(pipe: int, address: str, env: dict[str, str]) -> None:
     """Give the host (on ``pipe``) the scheduler's address and the cluster's TLS settings."""
-    message = json.dumps({"address": address, "env": env}) + "\n"
-    try:
-        os.write(pipe, message.encode())
-    except BrokenPipeError:  # the host already ended: the rank hears why from its exit status
-        pass
+    send_json(pipe, {"address": address, "env": env})
 
 
 def _distributed_defaults() -> dict[str, Any]:
@@ -90,13 +85,6 @@ def start_forkserver(workers: int) -> None:
     multiprocessing.forkserver.ensure_running()  # it imports while this process goes on
 
 
-def _wait_for_start(pipe: int) -> dict[str, Any] | None:
-    """The rank's message once its scheduler is known (None: the pipe closed before)."""
-    with os.fdopen(pipe, "rb") as f:
-        line = f.readline()
-    return json.loads(line) if line.endswith(b"\n") else None
-
-
 def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
     """The nanny host's main: start the forkserver at once, then, given the scheduler's
     address on ``pipe``, this rank's workers; run until every one has closed.
@@ -117,7 +105,7 @@ def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
     from . import nannies
 
     nannies.skip_preload_imports()
-    start = _wait_for_start(pipe)
+    start = read_json(pipe)  # once the rank knows its scheduler (None: it ended first)
     if start is None:
         return EXIT_CLOSED
     os.environ.update(start["env"])  # the cluster's TLS settings

@@ -1,8 +1,10 @@
-"""The scheduler and worker processes, forked from a rank that has already imported Dask.
+"""The scheduler's process, and the plain workers of ``--no-nanny``, forked from the rank.
 
-Forking skips the ~0.3 s of CPU that every fresh Python process pays to import
-``distributed``: 16 workers start about as fast as one. Each child builds its own event loop
-and exits with a status that tells the rank why it ended (see ``children.EXIT_*``).
+The scheduler's process imports this module (and Dask) itself, right after the fork, while
+the rank makes the cluster's certificates. ``--no-nanny`` workers are forked from a rank that
+has imported it: forking skips the ~0.3 s of CPU that every fresh Python process pays to
+import ``distributed``. Each child builds its own event loop and exits with a status that
+tells the rank why it ended (see ``children.EXIT_*``).
 """
 
 from __future__ import annotations

@@ -50,6 +50,24 @@ def _shell_code(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def _scheduler(spec: ProcessSpec, events: int, settings: int, rank_ends: list[int]) -> int:
+    """The scheduler's process: import Dask, then, given the cluster's TLS settings by the rank
+    on ``settings``, run the scheduler (``processes.scheduler_main``).
+
+    ``rank_ends``: the rank's ends of its pipes, inherited through the fork and closed here
+    (an inherited write end would keep a pipe from ever reporting the rank's end of it).
+    """
+    for fd in rank_ends:
+        os.close(fd)
+    from . import processes  # distributed: imported here, not in the rank
+
+    start = children.read_json(settings)
+    if start is None:  # the rank could not make the cluster's directory
+        return children.EXIT_CLOSED
+    os.environ.update(start["env"])
+    return processes.scheduler_main(spec, events)
+
+
 def run(plan: Plan, host: nanny_host.NannyHost | None = None) -> int:
     """Run this rank: ``host``, its nanny host if ``nanny_host.start`` already forked it."""
     for note in plan.notes:
@@ -153,25 +171,34 @@ class FirstRank(Rank):
 
     def run(self) -> int:
         plan = self.plan
+        events_r, events_w = os.pipe()
+        settings_r, settings_w = os.pipe()
+        self.started: dict | None = None
+        self.sup.watch(events_r, self._on_events)
+        spec = self.scheduler_spec
+        # Forked first: the scheduler imports Dask while this rank makes the certificates.
+        rank_ends = [events_r, settings_w]
+        if self._host_pipe is not None:
+            rank_ends.append(self._host_pipe)
+        pid = children.fork(_scheduler, spec, events_w, settings_r, rank_ends)
+        self.sup.add(spec, pid)
+        os.close(events_w)
+        os.close(settings_r)
         try:
             tls = self.prepare_directory()
         except OSError as error:
-            self.release_host()  # the nanny host, waiting for an address, exits
+            os.close(settings_w)
+            self.release_host()
+            self.sup.signal_all(signal.SIGTERM)  # both still import Dask: no need to wait
             self.sup.wait_all(10)
             raise UsageError(
                 f"cannot prepare {plan.cluster_dir}: {error.strerror}",
                 "pass --scheduler-file in a writable shared directory",
             ) from None
-        if tls:
-            os.environ.update(security.tls_env(tls))
-        read_fd, write_fd = os.pipe()
-        self.started: dict | None = None
-        self.sup.watch(read_fd, self._on_events)
-        spec = self.scheduler_spec
-        from . import processes  # distributed, imported here before the scheduler is forked
-
-        self.sup.add(spec, children.fork(processes.scheduler_main, spec, write_fd))
-        os.close(write_fd)
+        env = security.tls_env(tls) if tls else {}
+        os.environ.update(env)
+        children.send_json(settings_w, {"env": env})
+        os.close(settings_w)
         try:
             return self._serve(tls)
         finally:
