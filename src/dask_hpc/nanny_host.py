@@ -1,9 +1,9 @@
-"""The nanny host: the process that holds a rank's Nannies, forked before the rank imports Dask.
+"""The nanny host: the process that holds a rank's Nannies, forked as soon as the plan is made.
 
-The rank forks it as soon as its plan is made. The host starts multiprocessing's forkserver
-(which imports Dask once for every worker), then imports ``distributed`` itself, while the rank
-imports it too and starts the scheduler: three imports side by side instead of one after the
-other. It then waits on a pipe for the scheduler's address and runs ``nannies.run``.
+The host starts multiprocessing's forkserver (which imports Dask once for every worker), then
+imports ``distributed`` itself, while on rank 0 the scheduler's process imports it too: three
+imports side by side instead of one after the other (a rank never imports Dask itself). It
+then waits on a pipe for the scheduler's address and runs ``nannies.run``.
 """
 
 from __future__ import annotations
