@@ -460,13 +460,11 @@ class WorkerRank(Rank):
                 f"cannot reach rank 0 at {info.roster}: {error}",
                 "check that every node can reach rank 0's node (--interface)",
             ) from None
-        self.roster_conn = conn  # held: closing it would tell rank 0 this rank is gone
-        # Rank 0 exits once every rank's connection has closed. Without this copy of the fd,
-        # owned by no Python object, the connection closed when run() returned, before the
-        # interpreter's shutdown; rank 0 could exit with COMMAND's non-zero status while this
-        # rank still ran, and `srun --kill-on-bad-exit` then SIGTERMed it (exit 143 instead
-        # of COMMAND's status, seen once in CI under load). Now only this process's exit
-        # closes it.
+        # Closing the connection tells rank 0 this rank is gone, so only this process's exit
+        # may close it: a copy of its fd that no Python object owns. (When the socket object
+        # closed it, at the end of run(), rank 0 could exit with COMMAND's non-zero status
+        # while this rank was still shutting down its interpreter, and `srun
+        # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
         os.dup(conn.fileno())
 
         def on_data() -> None:
