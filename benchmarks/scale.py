@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -62,11 +63,22 @@ def rank_env(rank: int, size: int, job: str, per_rank: int) -> dict[str, str]:
 # ---------------------------------------------------------------------------- simulated ranks
 
 
-async def sim_rank(rank: int, args: argparse.Namespace, stats: dict) -> None:
-    from distributed import Worker
+async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Callable) -> None:
     from distributed.security import Security
 
     from dask_hpc import connection, launchers, roster
+    from dask_hpc.worker import HpcWorker
+
+    class Worker(HpcWorker):
+        """start-cluster's worker, telling the simulator when its first heartbeat is done."""
+
+        beaten = False
+
+        async def heartbeat(self) -> None:
+            await super().heartbeat()
+            if not self.beaten:
+                self.beaten = True
+                beat()
 
     env = rank_env(rank, args.size, args.job, args.per_rank)
     info_rank = launchers.detect(env, None, pid=os.getpid(), host=f"node{rank}")
@@ -117,10 +129,17 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict) -> None:
 
 
 async def sim_main(args: argparse.Namespace) -> int:
-    stats = {"reads": 0, "found": 0.0, "last_start": 0.0, "first_poll": time.time()}
+    stats = {"reads": 0, "found": 0.0, "last_start": 0.0, "first_poll": time.time(), "beats": 0}
     ranks = range(args.first, args.first + args.count)
+
+    def beat() -> None:  # every worker of this simulator has sent a heartbeat: tell the job
+        stats["beats"] += 1
+        if stats["beats"] == args.count * args.per_rank:
+            stats["settled"] = time.time()
+            Path(args.settled_dir, str(args.first)).touch()
+
     results = await asyncio.gather(
-        *(sim_rank(r, args, stats) for r in ranks), return_exceptions=True
+        *(sim_rank(r, args, stats, beat) for r in ranks), return_exceptions=True
     )
     stats["errors"] = [repr(r) for r in results if isinstance(r, BaseException)][:5]
     Path(args.out).write_text(json.dumps(stats))
@@ -166,12 +185,14 @@ class Rank0Watch(threading.Thread):
             self.peak_fds = max(self.peak_fds, fds)
 
 
-def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
+def run_one(workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool) -> dict:
     size = workers // per_rank
     job = f"scale{workers}x{random.randrange(10**6)}"
     sched_dir = tmp / "sched"
     local = tmp / "local"
-    for d in (sched_dir, local):
+    settled = tmp / "settled"  # a file per simulator whose workers have all sent a heartbeat
+    firsts = range(1, size, RANKS_PER_SIM)
+    for d in (sched_dir, local, settled):
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
     stamp = tmp / "command-exit"
@@ -204,8 +225,11 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
         "--",
         "sh",
         "-c",
-        f"date +%s.%N > {stamp}",
-    ]
+        # The job: it ends at once, or (settle) once every simulated worker has sent its first
+        # heartbeat, i.e. after Dask's heartbeat-connection wave that follows every start.
+        (f"until [ $(ls {settled} | wc -l) -ge {len(firsts)} ]; do sleep 0.05; done; " if settle
+         else "") + f"date +%s.%N > {stamp}",
+    ]  # fmt: skip
     poll_max = plan.poll_max_interval(size)
     start = time.time()
     rank0 = subprocess.Popen(argv0, env=env0, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -224,7 +248,7 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
     # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
     needs = plan.scale_needs(workers, size, per_rank, len(os.sched_getaffinity(0)), {})
     sim_env = {**env, **SIM_CONFIG, **needs.env}
-    for first in range(1, size, RANKS_PER_SIM):
+    for first in firsts:
         count = min(RANKS_PER_SIM, size - first)
         out = tmp / f"sim-{first}.json"
         out.unlink(missing_ok=True)
@@ -243,6 +267,7 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
             "--poll-interval", "0.1",
             "--poll-max-interval", str(poll_max),
             "--death-timeout", str(needs.start_timeout),
+            "--settled-dir", str(settled),
         ]  # fmt: skip
         with open(out.with_suffix(".err"), "wb") as err:  # a file: a full pipe would block it
             sims.append((subprocess.Popen(argv, env=sim_env, stderr=err), out))
@@ -302,6 +327,8 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float) -> dict:
         "ranks": size,
         "connect_s": ready - last_start,
         "start_s": ready - start,
+        "job_s": command_exit - ready,
+        "settle": settle,
         "shutdown_s": max(ends.values()) - command_exit,
         # rank 0 exits after the last rank left: what is left of the shutdown is its own part
         "rank0_shutdown_s": ends[rank0.pid] - max([command_exit, *(ends[p.pid] for p, _ in sims)]),
@@ -346,6 +373,7 @@ def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
 COLUMNS = [
     ("connect_s", "last start -> all connected (s)", "{:.2f}"),
     ("start_s", "launch -> all connected (s)", "{:.1f}"),
+    ("job_s", "all connected -> COMMAND exit (s)", "{:.2f}"),
     ("shutdown_s", "COMMAND exit -> all gone (s)", "{:.2f}"),
     ("rank0_shutdown_s", "  of which rank 0 after the last rank left (s)", "{:.2f}"),
     ("cpu_s", "rank 0 CPU (s)", "{:.1f}"),
@@ -364,14 +392,16 @@ def report(results: list[dict]) -> None:
         r["cpu_ms_per_worker"] = 1000 * r["cpu_s"] / r["workers"]
     ws = [r["workers"] for r in results]
     print(f"\nScale, {os.cpu_count()} CPUs, TLS on, {results[0]['workers'] // results[0]['ranks']} "
-          "worker(s) per rank (rank 0 real, the other ranks simulated)")  # fmt: skip
+          "worker(s) per rank (rank 0 real, the other ranks simulated); COMMAND "
+          + ("ends once every worker has sent a heartbeat" if results[0]["settle"]
+             else "ends at once"))  # fmt: skip
     print("| W (= ranks x per rank) | " + " | ".join(str(w) for w in ws) + " |")
     print("|---" * (len(ws) + 1) + "|")
     for key, label, fmt in COLUMNS:
         print(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in results) + " |")
     print("\n| fit against W | model | at 10,000 | at 100,000 |\n|---|---|---|---|")
     for key, label, _ in COLUMNS:
-        if key in ("load", "progress_lines", "start_s"):
+        if key in ("load", "progress_lines", "start_s", "job_s"):
             continue
         a, b, p = fit([float(w) for w in ws], [float(r[key]) for r in results])
         at = [a + b * w**p for w in (1e4, 1e5)]
@@ -401,13 +431,20 @@ def main() -> int:
             p.add_argument(f"--{name}", type=int, required=True)
         for name in ("poll-interval", "poll-max-interval", "death-timeout"):
             p.add_argument(f"--{name}", type=float, required=True)
-        for name in ("job", "scheduler-file", "local", "out"):
+        for name in ("job", "scheduler-file", "local", "out", "settled-dir"):
             p.add_argument(f"--{name}", required=True)
         sys.path.insert(0, str(SRC))
         return asyncio.run(sim_main(p.parse_args(sys.argv[2:])))
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, nargs="+", default=[100, 500, 1000, 2000])
     parser.add_argument("--per-rank", type=int, default=1, help="workers per simulated rank")
+    parser.add_argument(
+        "--no-settle",
+        dest="settle",
+        action="store_false",
+        help="COMMAND exits at once, inside the first heartbeats' connection wave (by default it "
+        "waits until every worker has sent its first heartbeat, as any job of a few seconds)",
+    )
     parser.add_argument("--timeout", type=float, default=600, help="seconds per size")
     parser.add_argument("--json", help="also write the results here")
     opts = parser.parse_args()
@@ -416,7 +453,7 @@ def main() -> int:
     results = []
     try:
         for w in opts.workers:
-            r = run_one(w, opts.per_rank, tmp, opts.timeout)
+            r = run_one(w, opts.per_rank, tmp, opts.timeout, opts.settle)
             results.append(r)
             print(
                 f"  measured W={w}: connect {r['connect_s']:.2f} s, shutdown "

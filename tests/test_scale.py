@@ -154,3 +154,76 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 
     assert asyncio.run(remove_worker_messages(one_by_one)) == 3 + 2 + 1  # the test sees them
     assert asyncio.run(remove_worker_messages(close_workers)) == 0
+
+
+def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
+    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py)."""
+    import asyncio
+    import logging
+
+    from distributed import Scheduler, Worker
+
+    from dask_hpc.worker import HpcWorker
+
+    async def heartbeat_errors_at_close(cls: type[Worker]) -> list[str]:
+        records: list[str] = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+        logger = logging.getLogger("distributed.worker")
+        logger.addHandler(handler)
+        try:
+            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+                worker = await cls(scheduler.address, nthreads=1, host="127.0.0.1")
+                arrived = asyncio.Event()
+
+                async def stuck_heartbeat(**kwargs) -> None:  # the scheduler never answers
+                    arrived.set()
+                    await asyncio.Event().wait()
+
+                scheduler.handlers["heartbeat_worker"] = stuck_heartbeat
+                beat = asyncio.ensure_future(worker.heartbeat())
+                await asyncio.wait_for(arrived.wait(), 30)
+                await asyncio.wait_for(worker.close(), 30)
+                await asyncio.wait_for(beat, 30)
+        finally:
+            logger.removeHandler(handler)
+        return [r for r in records if "heartbeat" in r]
+
+    # The test forces the case: Dask's own Worker logs it ...
+    assert asyncio.run(heartbeat_errors_at_close(Worker)) == [
+        "Failed to communicate with scheduler during heartbeat."
+    ]
+    # ... start-cluster's does not.
+    assert asyncio.run(heartbeat_errors_at_close(HpcWorker)) == []
+
+
+def test_a_running_workers_failed_heartbeat_is_still_reported() -> None:
+    import asyncio
+    import logging
+
+    from distributed import Scheduler
+
+    from dask_hpc.worker import HpcWorker
+
+    async def heartbeat_errors_while_running() -> list[str]:
+        records: list[str] = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+        logger = logging.getLogger("distributed.worker")
+        logger.addHandler(handler)
+        try:
+            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+                async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+
+                    async def broken_heartbeat(**kwargs) -> None:
+                        raise OSError("the scheduler's network is gone")
+
+                    worker.scheduler.heartbeat_worker = broken_heartbeat
+                    await asyncio.wait_for(worker.heartbeat(), 30)
+        finally:
+            logger.removeHandler(handler)
+        return [r for r in records if "heartbeat" in r]
+
+    assert asyncio.run(heartbeat_errors_while_running()) == [
+        "Failed to communicate with scheduler during heartbeat."
+    ]
