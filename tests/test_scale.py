@@ -117,6 +117,11 @@ def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
     workers["odd"] = other  # one worker with another numpy: the warning is still there
     assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
     assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
+    del workers["odd"]  # it left: the warning goes with it
+    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
+    workers["none"] = None  # a worker that sent no versions: Dask's "UNKNOWN", kept apart
+    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
+    assert seen == [1, 2, 1, 2]
 
 
 def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other() -> None:
@@ -227,3 +232,56 @@ def test_a_running_workers_failed_heartbeat_is_still_reported() -> None:
     assert asyncio.run(heartbeat_errors_while_running()) == [
         "Failed to communicate with scheduler during heartbeat."
     ]
+
+
+def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_break_off(
+    tmp_path, monkeypatch
+) -> None:
+    import asyncio
+    import logging
+
+    from distributed import Scheduler
+    from distributed.security import Security
+
+    from dask_hpc import security
+    from dask_hpc.processes import close_workers
+
+    files = security.create(tmp_path, "test")
+    tls = Security(
+        tls_ca_file=str(files.ca),
+        tls_scheduler_cert=str(files.cert),
+        tls_scheduler_key=str(files.key),
+        require_encryption=True,
+    )
+    logger = logging.getLogger("distributed.comm.tcp")
+    logged: list[str] = []  # what Dask logged, before any filter
+    shown: list[str] = []  # what reached a handler
+    handle = logger.handle
+    monkeypatch.setattr(logger, "handle", lambda r: (logged.append(r.getMessage()), handle(r)))
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+
+    async def a_broken_handshake(ending: bool) -> None:
+        async with Scheduler(
+            host="127.0.0.1", port=0, dashboard_address=":0", protocol="tls", security=tls
+        ) as scheduler:
+            if ending:
+                close_workers(scheduler)
+            host, port = scheduler.address.removeprefix("tls://").rsplit(":", 1)
+            seen = len(logged)
+            _, writer = await asyncio.open_connection(host, int(port))
+            writer.close()  # before any TLS hello, as a worker that closes mid-connect
+            while not any("TLS handshake failed" in m for m in logged[seen:]):
+                await asyncio.sleep(0.01)  # the listener's warning, bounded by wait_for
+
+    logger.addHandler(handler)
+    try:
+        asyncio.run(asyncio.wait_for(a_broken_handshake(ending=False), 30))
+        assert sum("TLS handshake failed" in m for m in shown) == 1  # Dask warns while it runs
+        asyncio.run(asyncio.wait_for(a_broken_handshake(ending=True), 30))
+        assert sum("TLS handshake failed" in m for m in logged) == 2
+        assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
+    finally:
+        logger.removeHandler(handler)
+        for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
+            logger.removeFilter(drop)
