@@ -22,6 +22,17 @@ LIMITS = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _no_filter_left_by_close_workers():
+    """close_workers quiets a logger for the rest of the scheduler's process: here, the tests'."""
+    import logging
+
+    yield
+    logger = logging.getLogger("distributed.comm.tcp")
+    for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
+        logger.removeFilter(drop)
+
+
 def limited(soft: int, hard: int | None, argv: list[str]) -> list[str]:
     """``argv`` run under the given open-file limits (set by the shell, as a batch job's are)."""
     cmd = " ".join(map(shlex.quote, argv))
@@ -283,5 +294,22 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
         assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
     finally:
         logger.removeHandler(handler)
-        for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
-            logger.removeFilter(drop)
+
+
+def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> None:
+    """A full garbage collection walks what was made since the last tenth of the workers."""
+    import gc
+    from types import SimpleNamespace
+
+    from dask_hpc.processes import _LongLivedOutOfGC
+
+    freezes: list[int] = []
+    scheduler = SimpleNamespace(workers={})
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
+    plugin = _LongLivedOutOfGC()
+    for i in range(10_000):
+        scheduler.workers[f"w{i}"] = None
+        plugin.add_worker(scheduler, f"w{i}")
+    assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
+    assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
+    assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
