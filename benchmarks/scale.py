@@ -360,6 +360,11 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool
         "job_cpu_s": watch.cpu_at(command_exit) - watch.cpu_at(ready),
         # What a real shutdown cannot spread over the nodes: rank 0's own work after COMMAND.
         "shutdown_cpu_s": cpu - watch.cpu_at(command_exit),
+        # The simulated ranks' CPU, on the same cores: with rank 0's, near 2 x the run's wall
+        # time on 2 cores means the numbers above are bound by this machine, not by rank 0.
+        "sim_cpu_s": sum(usage[p.pid].ru_utime + usage[p.pid].ru_stime for p, _ in sims),
+        "busy": (cpu + sum(usage[p.pid].ru_utime + usage[p.pid].ru_stime for p, _ in sims))
+        / (len(os.sched_getaffinity(0)) * (max(ends.values()) - start)),
         "peak_mib": watch.peak_rss / 2**20,
         "largest_mib": ru.ru_maxrss / 1024,
         "stats_per_s": reads / wait_window,
@@ -404,6 +409,8 @@ COLUMNS = [
     ("job_cpu_s", "  of which while the job ran (s)", "{:.2f}"),
     ("shutdown_cpu_s", "  of which after COMMAND's exit (s)", "{:.2f}"),
     ("cpu_ms_per_worker", "rank 0 CPU per worker (ms)", "{:.1f}"),
+    ("sim_cpu_s", "simulated ranks' CPU (s)", "{:.1f}"),
+    ("busy", "all CPU / (cores x wall time)", "{:.2f}"),
     ("peak_mib", "rank 0 peak RSS (MiB)", "{:.0f}"),
     ("stats_per_s", "scheduler-file reads/s", "{:.0f}"),
     ("fds", "rank 0 open fds", "{:d}"),
@@ -426,7 +433,7 @@ def report(results: list[dict]) -> None:
         print(f"| {label} | " + " | ".join(fmt.format(r[key]) for r in results) + " |")
     print("\n| fit against W | model | at 10,000 | at 100,000 |\n|---|---|---|---|")
     for key, label, _ in COLUMNS:
-        if key in ("load", "progress_lines", "start_s", "job_s"):
+        if key in ("load", "progress_lines", "start_s", "job_s", "busy"):
             continue
         a, b, p = fit([float(w) for w in ws], [float(r[key]) for r in results])
         at = [a + b * w**p for w in (1e4, 1e5)]
