@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import shlex
 import statistics
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,12 +28,24 @@ LIMITS = [
 @pytest.fixture(autouse=True)
 def _no_filter_left_by_close_workers():
     """close_workers quiets a logger for the rest of the scheduler's process: here, the tests'."""
-    import logging
-
     yield
     logger = logging.getLogger("distributed.comm.tcp")
     for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
         logger.removeFilter(drop)
+
+
+@contextlib.contextmanager
+def messages_shown(logger_name: str) -> Iterator[list[str]]:
+    """The warnings and errors of a logger that reach its handlers (its filters passed them)."""
+    shown: list[str] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+    logger = logging.getLogger(logger_name)
+    logger.addHandler(handler)
+    try:
+        yield shown
+    finally:
+        logger.removeHandler(handler)
 
 
 def limited(soft: int, hard: int | None, argv: list[str]) -> list[str]:
@@ -175,19 +190,13 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
     """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py)."""
     import asyncio
-    import logging
 
     from distributed import Scheduler, Worker
 
     from dask_hpc.worker import HpcWorker
 
     async def heartbeat_errors_at_close(cls: type[Worker]) -> list[str]:
-        records: list[str] = []
-        handler = logging.Handler(logging.WARNING)
-        handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-        logger = logging.getLogger("distributed.worker")
-        logger.addHandler(handler)
-        try:
+        with messages_shown("distributed.worker") as shown:
             async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
                 worker = await cls(scheduler.address, nthreads=1, host="127.0.0.1")
                 arrived = asyncio.Event()
@@ -201,9 +210,7 @@ def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
                 await asyncio.wait_for(arrived.wait(), 30)
                 await asyncio.wait_for(worker.close(), 30)
                 await asyncio.wait_for(beat, 30)
-        finally:
-            logger.removeHandler(handler)
-        return [r for r in records if "heartbeat" in r]
+        return [m for m in shown if "heartbeat" in m]
 
     # The test forces the case: Dask's own Worker logs it ...
     assert asyncio.run(heartbeat_errors_at_close(Worker)) == [
@@ -215,19 +222,13 @@ def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
 
 def test_a_running_workers_failed_heartbeat_is_still_reported() -> None:
     import asyncio
-    import logging
 
     from distributed import Scheduler
 
     from dask_hpc.worker import HpcWorker
 
     async def heartbeat_errors_while_running() -> list[str]:
-        records: list[str] = []
-        handler = logging.Handler(logging.WARNING)
-        handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
-        logger = logging.getLogger("distributed.worker")
-        logger.addHandler(handler)
-        try:
+        with messages_shown("distributed.worker") as shown:
             async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
                 async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
 
@@ -236,9 +237,7 @@ def test_a_running_workers_failed_heartbeat_is_still_reported() -> None:
 
                     worker.scheduler.heartbeat_worker = broken_heartbeat
                     await asyncio.wait_for(worker.heartbeat(), 30)
-        finally:
-            logger.removeHandler(handler)
-        return [r for r in records if "heartbeat" in r]
+        return [m for m in shown if "heartbeat" in m]
 
     assert asyncio.run(heartbeat_errors_while_running()) == [
         "Failed to communicate with scheduler during heartbeat."
@@ -249,7 +248,6 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
     tmp_path, monkeypatch
 ) -> None:
     import asyncio
-    import logging
 
     from distributed import Scheduler
     from distributed.security import Security
@@ -266,11 +264,8 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
     )
     logger = logging.getLogger("distributed.comm.tcp")
     logged: list[str] = []  # what Dask logged, before any filter
-    shown: list[str] = []  # what reached a handler
     handle = logger.handle
     monkeypatch.setattr(logger, "handle", lambda r: (logged.append(r.getMessage()), handle(r)))
-    handler = logging.Handler(logging.WARNING)
-    handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
 
     async def a_broken_handshake(ending: bool) -> None:
         async with Scheduler(
@@ -285,15 +280,12 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
             while not any("TLS handshake failed" in m for m in logged[seen:]):
                 await asyncio.sleep(0.01)  # the listener's warning, bounded by wait_for
 
-    logger.addHandler(handler)
-    try:
+    with messages_shown("distributed.comm.tcp") as shown:
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=False), 30))
         assert sum("TLS handshake failed" in m for m in shown) == 1  # Dask warns while it runs
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=True), 30))
-        assert sum("TLS handshake failed" in m for m in logged) == 2
-        assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
-    finally:
-        logger.removeHandler(handler)
+    assert sum("TLS handshake failed" in m for m in logged) == 2
+    assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
 
 
 def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> None:
