@@ -48,7 +48,8 @@ class _Reporter(SchedulerPlugin):
     """Tells the rank, over a pipe, which workers come and go.
 
     The events of one turn of the event loop go in one write: a write per event woke the rank
-    (and, on a busy node, gave it the CPU) 4,000 times for 2,000 workers coming and going.
+    4,000 times for 2,000 workers coming and going, and py-spy found the scheduler's loop in
+    those writes in 6% of its samples (2,000 workers on 2 busy cores).
     """
 
     name = "dask-hpc-reporter"
@@ -130,8 +131,8 @@ def compare_distinct_versions() -> None:
     connected worker (``distributed.versions.error_message``): O(W) per worker, O(W^2) per
     start. Measured with benchmarks/scale.py: half the scheduler's CPU at 2,000 workers. The
     same warnings come from one worker per distinct set of versions, which are kept up to date
-    as workers come and go (grouping all workers again on every call was itself O(W^2): 14% of
-    the scheduler's samples at 2,000 workers, py-spy).
+    as workers come and go (grouping all workers again on every call was itself O(W^2): 1.05 s
+    of CPU for 2,000 joins, now 0.13 s).
     """
     from distributed import versions
 
