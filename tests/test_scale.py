@@ -296,7 +296,7 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     from dask_hpc.processes import _LongLivedOutOfGC
 
     freezes: list[int] = []
-    scheduler = SimpleNamespace(workers={})
+    scheduler = SimpleNamespace(workers={}, tasks={})
     monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
     plugin = _LongLivedOutOfGC()
     for i in range(10_000):
@@ -305,3 +305,13 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
     assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
     assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
+    # A computation's tasks are never frozen: workers that join while it runs freeze nothing.
+    freezes.clear()
+    scheduler.tasks["a-task"] = None
+    for i in range(10_000, 20_000):
+        scheduler.workers[f"w{i}"] = None
+        plugin.add_worker(scheduler, f"w{i}")
+    assert freezes == []
+    del scheduler.tasks["a-task"]
+    plugin.add_worker(scheduler, "w19999")
+    assert freezes == [20_000]
