@@ -396,3 +396,30 @@ def test_scheduler_process_killed_is_an_error_not_a_clean_shutdown(
         f"rank 0 reports it, stops COMMAND and its workers; other ranks: 'lost the scheduler', "
         f"exit 4; launcher exits {code}" + (" (hydra ORs 137 and 4)" if code == 141 else ""),
     )
+
+
+def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
+    launch: Callable[[str], Launch], tmp_path: Path
+) -> None:
+    """Rank 1's Nannies block as they close (their whole process, SIGTERM handler included):
+    rank 0 gives up waiting for it, and rank 1 kills its nanny host rather than running on
+    until the walltime (seen at scale: the launcher never returned)."""
+    job = launch("openmpi")
+    env = {
+        **job.env,
+        "DASK_DISTRIBUTED__NANNY__PRELOAD": json.dumps(["hang_at_close"]),
+        "PYTHONPATH": os.pathsep.join([str(FAULTY.parent), job.env.get("PYTHONPATH", "")]),
+    }
+    run = Background(job.argv(command=["true"]), env, tmp_path)
+    code = run.wait(120)
+    gone = all_gone()
+    assert "rank(s) [1] still running after the shutdown" in run.stderr, run.output()
+    assert "this rank's workers did not stop within" in run.stderr, run.output()
+    assert code != 0, run.output()  # rank 1 did not end cleanly: the launcher says so
+    record(
+        "Nanny hangs while closing",
+        "openmpi",
+        gone - run.started,
+        "launch -> every process gone",
+        f"exit {code}: rank 0 gives up on rank 1, rank 1 kills its nanny host",
+    )

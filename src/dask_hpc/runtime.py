@@ -484,10 +484,22 @@ class WorkerRank(Rank):
         self.sup.watch_ready(conn.fileno(), on_data)
 
     def _until_done(self, info: SchedulerInfo) -> int:
+        kill_at: float | None = None  # once stopping: when what did not stop is killed
         while self.sup.children:
             self.sup.poll(1.0)
             if self.sup.signals and not self.stopping:
                 self.stop()
+            if self.stopping and kill_at is None:
+                kill_at = time.monotonic() + self.plan.leave_timeout
+            elif kill_at is not None and time.monotonic() >= kill_at:
+                # A nanny host that does not end (a Nanny stuck closing) would otherwise keep
+                # this rank, and the launcher's whole job, running until the walltime.
+                say(
+                    f"error: this rank's workers did not stop within "
+                    f"{self.plan.leave_timeout:g} s of SIGTERM: killed"
+                )
+                self.sup.signal_all(signal.SIGKILL)
+                kill_at = float("inf")
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
         if self.rank0_lost:
