@@ -414,6 +414,8 @@ def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
     code = run.wait(120)
     gone = all_gone()
     assert "rank(s) [1] still running after the shutdown" in run.stderr, run.output()
+    assert "rank 0 ended the cluster before this rank's workers had stopped" in run.stderr
+    assert "rank 0 is gone" not in run.stderr  # it did not die: it gave up waiting
     assert "this rank's workers did not stop within" in run.stderr, run.output()
     assert code != 0, run.output()  # rank 1 did not end cleanly: the launcher says so
     record(

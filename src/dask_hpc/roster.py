@@ -3,8 +3,9 @@
 The kernel closes it when a rank's process ends, however it ends, so rank 0 knows which
 ranks are alive without polling, and can wait until the others are gone before it exits (a
 launcher that kills the remaining ranks when one exits then kills nobody). A worker rank
-learns the same way, at once, that rank 0 is gone. A connection must first present the
-cluster's token (from the scheduler file, readable by the owner only).
+learns the same way, at once, that rank 0 is gone; rank 0 first writes ``ended`` to the
+ranks it stops waiting for, so they can tell that from a crash. A connection must first present
+the cluster's token (from the scheduler file, readable by the owner only).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import hmac
 import secrets
 import socket
 from collections.abc import Callable
+
+ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
 
 
 class Roster:
@@ -73,7 +76,7 @@ class Roster:
         rank, conn = self._ranks[fd]
         try:
             if conn.recv(256):
-                return  # ranks never send more; ignore
+                return  # ranks send nothing more; ignore
         except BlockingIOError:
             return
         del self._ranks[fd]
@@ -81,6 +84,14 @@ class Roster:
             del self.alive[rank]
             self.left.add(rank)
         self._drop(fd, conn)
+
+    def say_ended(self) -> None:
+        """Tell the ranks still connected that rank 0 ends without them (best effort)."""
+        for conn in self.alive.values():
+            try:
+                conn.send(ENDED)
+            except OSError:
+                pass
 
     def _drop(self, fd: int, conn: socket.socket) -> None:
         self._unwatch(fd)

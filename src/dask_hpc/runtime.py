@@ -384,6 +384,7 @@ class FirstRank(Rank):
             self._handle_exits()
         if self.roster and self.roster.alive:
             say(f"rank(s) {sorted(self.roster.alive)} still running after the shutdown")
+            self.roster.say_ended()
         self.sup.signal_all(signal.SIGTERM, role="scheduler")
         if not self.sup.wait_all(SHUTDOWN_GRACE):
             say("some processes did not stop in time and were killed")
@@ -467,9 +468,14 @@ class WorkerRank(Rank):
         # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
         os.dup(conn.fileno())
 
+        ended = False  # rank 0 said it ends without waiting for this rank any longer
+
         def on_data() -> None:
+            nonlocal ended
             try:
-                if conn.recv(256):
+                data = conn.recv(256)
+                if data:
+                    ended = ended or roster.ENDED in data
                     return
             except BlockingIOError:
                 return
@@ -477,7 +483,10 @@ class WorkerRank(Rank):
                 pass
             self.sup.unwatch(conn.fileno())
             if not self.stopping and not self.closed_by_scheduler:
-                say("error: rank 0 is gone (killed, or its node died): stopping this rank")
+                if ended:
+                    say("error: rank 0 ended the cluster before this rank's workers had stopped")
+                else:
+                    say("error: rank 0 is gone (killed, or its node died): stopping this rank")
                 self.rank0_lost = True
                 self.stop()
 
