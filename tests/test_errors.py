@@ -160,3 +160,25 @@ def test_scheduler_that_never_appears(run_cmd, cluster_env, tmp_path: Path) -> N
 def test_python_dash_m_is_the_same_command(run_cmd, cluster_env) -> None:
     result = run_cmd([sys.executable, "-m", "dask_hpc", "cpu", "0"], env=cluster_env)
     assert_one_line_error(result, "'0' is not a positive integer")
+
+
+def test_a_message_line_is_one_write(monkeypatch) -> None:
+    """Ranks share stderr: with PYTHONUNBUFFERED, print() writes the text and the newline
+    apart and two ranks' lines ran together (three MPICH ranks' errors came out as two)."""
+    from dask_hpc.errors import say
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.writes: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.writes.append(text)
+            return len(text)
+
+        def flush(self) -> None:
+            pass
+
+    recorder = Recorder()
+    monkeypatch.setattr(sys, "stderr", recorder)
+    say("error: this node runs 3 ranks")
+    assert recorder.writes == ["start-cluster: error: this node runs 3 ranks\n"]

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .errors import UsageError
+from .errors import UsageError, say
 
 USAGE = "start-cluster {cpu,gpu} WORKERS_PER_NODE [options] [-- COMMAND [ARGS...]]"
 EPILOG = """\
@@ -180,7 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(plan, host)
     except UsageError as error:
-        print(f"start-cluster: error: {error}", file=sys.stderr)
+        say(f"error: {error}")
         return error.exit_code
     except KeyboardInterrupt:
         return 130

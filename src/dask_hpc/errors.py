@@ -1,6 +1,24 @@
-"""The one exception type the command line turns into a one-line message."""
+"""How start-cluster reports: the exceptions the command line turns into one line, and say()."""
 
 from __future__ import annotations
+
+import os
+import sys
+
+
+def say(message: str) -> None:
+    """One line on stderr, in one write: the ranks of a launch share a stream, and with
+    PYTHONUNBUFFERED print() writes the text and its newline apart, so two ranks' lines ran
+    together (seen under MPICH: three ranks' errors came out as two lines). A stderr whose
+    reader is gone (``| tee`` after Ctrl-C) is pointed at /dev/null, so that nothing (Python's
+    own exit flush included) fails on it."""
+    try:
+        sys.stderr.write(f"start-cluster: {message}\n")
+        sys.stderr.flush()
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.close(devnull)
 
 
 class UsageError(Exception):

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import sys
 from typing import Any
 
 import distributed.utils
@@ -24,19 +23,13 @@ from distributed import Nanny
 from distributed.core import Status
 
 from .children import EXIT_CLOSED, EXIT_FAILED, EXIT_SCHEDULER_LOST
+from .errors import say
 from .plan import ProcessSpec, shared_env
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 
 # A worker whose process dies before it connects this many times in a row is not restarted
 # again (Dask's Nanny would restart it forever, as fast as it dies).
 MAX_FAILED_STARTS = 5
-
-
-def say(message: str) -> None:
-    try:
-        print(f"start-cluster: {message}", file=sys.stderr, flush=True)
-    except OSError:  # stderr closed (a pipe whose reader is gone): nobody to tell
-        pass
 
 
 def describe_exit(exitcode: int) -> str:

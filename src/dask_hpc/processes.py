@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import signal
-import sys
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from distributed.utils import get_ip
 
 from . import dashboard
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
+from .errors import say
 from .plan import ProcessSpec
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 
@@ -245,8 +245,5 @@ def worker_main(spec: ProcessSpec, address: str) -> int:
     try:
         return asyncio.run(serve())
     except (OSError, asyncio.TimeoutError, TimeoutError) as error:
-        print(
-            f"start-cluster: worker {spec.name}: cannot reach the scheduler at {address}: {error}",
-            file=sys.stderr,
-        )
+        say(f"worker {spec.name}: cannot reach the scheduler at {address}: {error}")
         return EXIT_SCHEDULER_LOST

@@ -12,33 +12,17 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 
 from . import children, nanny_host, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, poll_delays, read_scheduler_file, write_scheduler_file
-from .errors import StartupError, UsageError
+from .errors import StartupError, UsageError, say
 from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
-
-
-def say(message: str) -> None:
-    """One line on stderr; a stderr whose reader is gone (``| tee`` after Ctrl-C) is ignored."""
-    try:
-        print(f"start-cluster: {message}", file=sys.stderr, flush=True)
-    except OSError:
-        _stderr_gone()
-
-
-def _stderr_gone() -> None:
-    """Point fd 2 at /dev/null, so that nothing (Python's own exit flush included) fails on it."""
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)
-    os.close(devnull)
 
 
 def exit_status(wait_status: int) -> int:
