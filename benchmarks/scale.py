@@ -337,6 +337,7 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool
     wait_window = max(1e-3, max((s["found"] for s in sim_stats), default=start) - start)
     ru = usage[rank0.pid]
     cpu = ru.ru_utime + ru.ru_stime
+    sim_cpu = sum(usage[p.pid].ru_utime + usage[p.pid].ru_stime for p, _ in sims)
     if os.environ.get("SCALE_TRACE"):
         for t, line in lines:
             print(f"    {t - command_exit:+8.2f} {line[:150]}", file=sys.stderr)
@@ -362,9 +363,8 @@ def run_one(workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool
         "shutdown_cpu_s": cpu - watch.cpu_at(command_exit),
         # The simulated ranks' CPU, on the same cores: with rank 0's, near 2 x the run's wall
         # time on 2 cores means the numbers above are bound by this machine, not by rank 0.
-        "sim_cpu_s": sum(usage[p.pid].ru_utime + usage[p.pid].ru_stime for p, _ in sims),
-        "busy": (cpu + sum(usage[p.pid].ru_utime + usage[p.pid].ru_stime for p, _ in sims))
-        / (len(os.sched_getaffinity(0)) * (max(ends.values()) - start)),
+        "sim_cpu_s": sim_cpu,
+        "busy": (cpu + sim_cpu) / (len(os.sched_getaffinity(0)) * (max(ends.values()) - start)),
         "peak_mib": watch.peak_rss / 2**20,
         "largest_mib": ru.ru_maxrss / 1024,
         "stats_per_s": reads / wait_window,

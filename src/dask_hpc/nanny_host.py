@@ -3,8 +3,8 @@
 The host starts multiprocessing's forkserver (which imports Dask once for every worker), then
 imports ``distributed`` itself, while on rank 0 the scheduler's process imports it too: three
 imports side by side instead of one after the other (a rank imports it only to fork
-``--no-nanny`` workers). It
-then waits on a pipe for the scheduler's address and runs ``nannies.run``.
+``--no-nanny`` workers). It then waits on a pipe for the scheduler's address and runs
+``nannies.run``.
 """
 
 from __future__ import annotations

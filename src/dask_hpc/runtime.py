@@ -71,6 +71,7 @@ class Rank:
         if host is not None:
             self.sup.add(host.spec, host.pid)
         self.stopping = False
+        self.kill_at = float("inf")  # once stopping: when what did not stop is killed
         self.scheduler_lost = False
         self.closed_by_scheduler = False
         self.workers_failed = False
@@ -115,6 +116,7 @@ class Rank:
     def stop(self, sig: int = signal.SIGTERM) -> None:
         if not self.stopping:
             self.stopping = True
+            self.kill_at = time.monotonic() + self.plan.leave_timeout
             self.sup.signal_all(sig)
 
 
@@ -477,14 +479,11 @@ class WorkerRank(Rank):
         self.sup.watch_ready(conn.fileno(), on_data)
 
     def _until_done(self, info: SchedulerInfo) -> int:
-        kill_at: float | None = None  # once stopping: when what did not stop is killed
         while self.sup.children:
             self.sup.poll(1.0)
             if self.sup.signals and not self.stopping:
                 self.stop()
-            if self.stopping and kill_at is None:
-                kill_at = time.monotonic() + self.plan.leave_timeout
-            elif kill_at is not None and time.monotonic() >= kill_at:
+            if time.monotonic() >= self.kill_at:
                 # A nanny host that does not end (a Nanny stuck closing) would otherwise keep
                 # this rank, and the launcher's whole job, running until the walltime.
                 say(
@@ -492,7 +491,7 @@ class WorkerRank(Rank):
                     f"{self.plan.leave_timeout:g} s of SIGTERM: killed"
                 )
                 self.sup.signal_all(signal.SIGKILL)
-                kill_at = float("inf")
+                self.kill_at = float("inf")
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
         if self.rank0_lost:
