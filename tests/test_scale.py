@@ -150,6 +150,44 @@ def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
     assert seen == [1, 2, 1, 2]
 
 
+def test_version_groups_follow_the_schedulers_workers_without_a_scan(monkeypatch) -> None:
+    """With a real scheduler and workers the groups are kept by its add/remove hooks: a join's
+    version check does not go over every connected worker (O(W) per join, O(W^2) a start)."""
+    import asyncio
+
+    from distributed import Scheduler, Worker, versions
+
+    from dask_hpc.processes import compare_distinct_versions
+
+    monkeypatch.setattr(versions, "error_message", versions.error_message)
+    distinct = compare_distinct_versions()
+
+    class Unscannable(dict):
+        def keys(self):
+            raise AssertionError("the version check went over every worker")
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
+            scheduler.add_plugin(distinct)
+            workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(3)]
+            await asyncio.gather(*workers)
+            try:
+                assert distinct.key_of.keys() == scheduler.workers.keys()
+                current = Unscannable({w: ws.versions for w, ws in scheduler.workers.items()})
+                assert len(distinct.representatives(current)) == 1  # same versions: 1 of 3
+                mine = versions.get_versions()
+                other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
+                assert "numpy" in versions.error_message(mine, current, other)["warning"]
+                await workers[0].close()
+                while len(scheduler.workers) > 2:
+                    await asyncio.sleep(0.01)
+                assert distinct.key_of.keys() == scheduler.workers.keys()
+            finally:
+                await asyncio.gather(*(w.close() for w in workers))
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
 def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other() -> None:
     """Dask's remove_worker sends every remaining worker a message about each one that left
     (O(W^2)); close_workers, the end of a cluster, does not: real scheduler and workers."""
