@@ -353,3 +353,21 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     del scheduler.tasks["a-task"]
     plugin.add_worker(scheduler, "w19999")
     assert freezes == [20_000]
+
+
+def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
+    """benchmarks/scale.py (README, Scale) at two small sizes: its table, its scheduler probe's
+    rows, and the goal of a flat cost per worker against a lone rank 0 (not timed here)."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
+    result = run_cmd([sys.executable, str(bench), "--workers", "10", "30"], env=cluster_env,
+                     timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows: dict[str, list[str]] = {}  # the first table's rows (the fits' table repeats labels)
+    for line in result.stdout.splitlines():
+        if line.startswith("| "):
+            label, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
+            rows.setdefault(label, cells)
+    assert rows["W (= ranks x per rank)"] == ["10", "30"]
+    assert float(rows["scheduler loop CPU per worker: first to last join (ms)"][1]) > 0
+    assert rows["rank 0 open fds"]
+    assert any(key.startswith("rank 0 CPU per worker beyond a lone rank 0's") for key in rows)
