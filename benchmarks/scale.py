@@ -23,8 +23,12 @@ seconds from COMMAND's exit to every process gone, rank 0's CPU seconds (rank, s
 nanny host and worker: until all connected, while the job ran, after COMMAND's exit) and peak
 memory (sum of their RSS), stat/open calls per second on the
 scheduler file while the ranks wait for it, the most open file descriptors at rank 0 (rank +
-scheduler), the progress lines printed, and the load average. Then a least-squares fit of each
-against W and the goals of issue 12.
+scheduler), the progress lines printed, and the load average; and the scheduler's event-loop
+CPU per worker while the workers join, between the last join and the first removal, and while
+they leave (``benchmarks/scheduler_probe.py``, a scheduler preload): what the workers
+themselves cost, apart from what grows with the run's wall time. Then a least-squares fit of
+each against W and the goals of issue 12, the cost per worker measured beyond that of a lone
+rank 0 (no other ranks), which runs first.
 """
 
 from __future__ import annotations
