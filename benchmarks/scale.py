@@ -224,8 +224,8 @@ def split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
 
     Rank 0 on a CPU of its own, as on a real machine where the other ranks are other nodes.
     Sharing both CPUs with the simulators, its CPU time per worker grew with their number
-    (caches and run queues shared with up to 8 busy processes): rank 0's CPU per added worker,
-    1,000-2,000 against 100-500, was 1.27-1.85x over four runs, pinned 1.14x.
+    (caches and run queues shared with up to 8 busy processes): rank 0's CPU at 2,000 workers
+    was 14.0-18.6 s over three runs sharing, 13.3-13.8 s pinned.
     """
     cpus = sorted(os.sched_getaffinity(0))
     if not pin or len(cpus) < 2:
@@ -404,8 +404,6 @@ def run_one(
     return {
         "workers": workers,
         "ranks": size,
-        "ready_at": ready,
-        "command_exit_at": command_exit,
         "connect_s": ready - last_start,
         "start_s": ready - start,
         "job_s": command_exit - ready,
@@ -588,26 +586,26 @@ def main() -> int:
     opts = parser.parse_args()
     sys.path.insert(0, str(SRC))
     tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-"))
-    results = []
+
+    def measured(workers: int, per_rank: int) -> dict:
+        """``opts.repeat`` runs of one size, each reported on stderr; their medians."""
+        runs = []
+        for _ in range(opts.repeat):
+            r = run_one(workers, per_rank, tmp, opts.timeout, opts.settle, opts.pin)
+            runs.append(r)
+            print(
+                f"  measured W={workers}: connect {r['connect_s']:.2f} s, shutdown "
+                f"{r['shutdown_s']:.2f} s, cpu {r['cpu_s']:.2f} s, fds {r['fds']}, "
+                f"load {r['load']:.1f}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return median_of(runs)
+
     try:
-        # A lone rank 0 (no other ranks, COMMAND ends at once): what every size pays anyway.
-        baseline = median_of(
-            [run_one(1, 1, tmp, opts.timeout, opts.settle, opts.pin) for _ in range(opts.repeat)]
-        )
-        print(f"  a lone rank 0: cpu {baseline['cpu_s']:.2f} s", file=sys.stderr, flush=True)
-        for w in opts.workers:
-            runs = []
-            for _ in range(opts.repeat):
-                r = run_one(w, opts.per_rank, tmp, opts.timeout, opts.settle, opts.pin)
-                runs.append(r)
-                print(
-                    f"  measured W={w}: connect {r['connect_s']:.2f} s, shutdown "
-                    f"{r['shutdown_s']:.2f} s, cpu {r['cpu_s']:.1f} s, fds {r['fds']}, "
-                    f"load {r['load']:.1f}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            results.append(median_of(runs))
+        # A lone rank 0 (W=1: no other ranks, COMMAND ends at once): what every size pays.
+        baseline = measured(1, 1)
+        results = [measured(w, opts.per_rank) for w in opts.workers]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if opts.json:
