@@ -163,7 +163,7 @@ def group_gid(
 
 
 class FilterModule:
-    """Ansible filter plugin: dask_hpc_shared_dir, dask_hpc_group_gid."""
+    """Ansible filter plugin: dask_hpc_shared_dir, dask_hpc_group_id."""
 
     def filters(self) -> dict[str, Any]:
-        return {"dask_hpc_shared_dir": shared_dir, "dask_hpc_group_gid": group_gid}
+        return {"dask_hpc_shared_dir": shared_dir, "dask_hpc_group_id": group_gid}
