@@ -78,7 +78,6 @@ def build(
     if dry_run:
         for step in plan.steps:
             print(step)
-        print(f"# then its sha256 into {plan.digest_file}")
         return
     builder.execute(plan, REPO)
     signed = f", signed with {plan.sign_key}" if plan.sign_key else ", unsigned"
