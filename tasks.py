@@ -15,18 +15,20 @@ from typing import Any
 from invoke import Context, Exit, task
 
 from dask_hpc.errors import UsageError
+from dask_hpc.images import ImageError
 
 REPO = Path(__file__).resolve().parent
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a UsageError into one line on stderr and a non-zero exit, never a traceback."""
+    """Turn a UsageError (or an image refused, ImageError) into one line on stderr and a non-zero
+    exit, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except UsageError as e:
+        except (UsageError, ImageError) as e:
             raise Exit(f"error: {e}", code=e.exit_code) from None
 
     return wrapper
@@ -184,6 +186,9 @@ def sites(c: Context) -> None:
         "job_name": "job name (default dask-hpc)",
         "log": "job log file (default: the batch system's usual name)",
         "output": "write the script here instead of stdout",
+        "image_key": "the site's public key (PEM): the job verifies the image with it before "
+        "any rank starts (default: dask config hpc.image-key)",
+        "no_verify": "do not verify the image (explicit opt-out)",
     }
 )
 @one_line_errors
@@ -200,6 +205,8 @@ def job(
     job_name: str = "dask-hpc",
     log: str = "",
     output: str = "",
+    image_key: str = "",
+    no_verify: bool = False,
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
     from dask_hpc_deploy.jobscript import JobRequest, render
@@ -218,6 +225,8 @@ def job(
         image=image or None,
         job_name=job_name,
         output=log or None,
+        image_key=image_key or None,
+        verify_image=not no_verify,
     )
     text = render(req, target)
     if output:

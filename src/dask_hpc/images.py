@@ -143,7 +143,8 @@ def verify(
 
 def configured_trust(key: str | Path | None = None, verify_images: bool | None = None) -> Trust:
     """The key and the opt-out, from the arguments or else dask's configuration (hpc.image-key,
-    hpc.image-verify). Imports dask only here: the role runs this file without it."""
+    hpc.image-verify); ImageError for a key that does not exist. Imports dask only here: the
+    role runs this file without it."""
     from dask_hpc import config
 
     if verify_images is None:
@@ -151,7 +152,15 @@ def configured_trust(key: str | Path | None = None, verify_images: bool | None =
     if not verify_images:
         return Trust(None)
     key = key or config.get("image-key")
-    return Trust(Path(str(key)).expanduser() if key else None)
+    if not key:
+        return Trust(None)
+    path = Path(str(key)).expanduser()
+    if not path.is_file():
+        raise ImageError(
+            f"the site's image key {path} does not exist",
+            f"name the site's public key (hpc.image-key, --image-key), or opt out: {OPT_OUT}",
+        )
+    return Trust(path)
 
 
 def shell_check(image: str, key: Path, apptainer: str = "apptainer") -> list[str]:
@@ -169,7 +178,7 @@ def shell_check(image: str, key: Path, apptainer: str = "apptainer") -> list[str
         f"# The image must carry the site's signature ({key}); {OPT_OUT} skips this.",
         'if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then',
         f"  if ! dask_hpc_verify=$({command} 2>&1); then",
-        '    dask_hpc_said=$(printf \'%s\\n\' "$dask_hpc_verify" | grep FATAL | tail -n 1)',
+        '    dask_hpc_said=$(printf \'%s\\n\' "$dask_hpc_verify" | grep FATAL | tail -n 1 || true)',
         f"    printf '{message}' {q_image} {q_key} \"$dask_hpc_said\" {shlex.quote(fix)} >&2",
         "    exit 2",
         "  fi",

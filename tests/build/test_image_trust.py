@@ -247,3 +247,44 @@ def test_role_checks_the_image_before_it_takes_its_place(
     assert messages[0].endswith("The image in place is unchanged."), messages
     assert images.sha256(placed) == images.sha256(local_image)
     assert sorted(p.name for p in (shared / "images").iterdir()) == ["dask-hpc.sif"]
+
+
+@pytest.mark.slurm
+def test_job_with_a_changed_image_starts_no_rank(
+    invoke, slurm_cluster, cluster_env, local_image: Path, image_keys: ImageKeys, tmp_path: Path
+) -> None:
+    """`invoke job --image-key` on an image changed by one byte, submitted to real Slurm: the
+    job's check refuses it in one line and exits 2 before srun starts any rank."""
+    changed = tmp_path / "changed.sif"  # under /tmp: Apptainer's root filesystem sees it
+    flip_one_byte(local_image, changed)
+    result = invoke(
+        "job", "--site", "deepops", "--nodes", "1", "--workers-per-node", "1", "--worker-type",
+        "cpu", "--image", str(changed), "--walltime", "5", "--image-key", str(image_keys.public),
+        "--", "python", "-c", "print('ran')",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    env = {**cluster_env, **slurm_cluster.env}
+    job = slurm_cluster.sbatch(result.stdout, env=env, cwd=tmp_path)
+    state, code = slurm_cluster.wait_job(job, timeout=120)
+    output = slurm_cluster.job_output(job)
+    assert (state, code) == ("FAILED", 2), output
+    line = one_line(output)
+    assert line.startswith(f"dask-hpc: image {changed} failed verification ({image_keys.public}: "
+                           "Failed to verify container: integrity: data object integrity "
+                           "compromised"), line  # fmt: skip
+    assert "start-cluster" not in output and "ran" not in output
+
+
+def test_job_script_without_a_key_or_opted_out_has_no_check(invoke, image_keys: ImageKeys) -> None:
+    """No site key: nothing to verify against, no check; --no-verify: the explicit opt-out."""
+    base = ("job", "--site", "deepops", "--nodes", "1", "--", "python", "x.py")
+    assert "apptainer verify" not in invoke(*base).stdout
+    opted = invoke(*base[:-3], "--image-key", str(image_keys.public), "--no-verify", *base[-3:])
+    assert opted.returncode == 0, opted.stderr
+    assert "apptainer verify" not in opted.stdout
+    missing = invoke(*base[:-3], "--image-key", "/no/such/key.pem", *base[-3:])
+    assert missing.returncode == 2
+    assert one_line(missing.stderr) == (
+        "error: the site's image key /no/such/key.pem does not exist; name the site's public key "
+        "(hpc.image-key, --image-key), or opt out: DASK_HPC__IMAGE_VERIFY=false"
+    )
