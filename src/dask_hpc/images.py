@@ -178,7 +178,8 @@ def shell_check(image: str, key: Path, apptainer: str = "apptainer") -> list[str
         f"# The image must carry the site's signature ({key}); {OPT_OUT} skips this.",
         'if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then',
         f"  if ! dask_hpc_verify=$({command} 2>&1); then",
-        '    dask_hpc_said=$(printf \'%s\\n\' "$dask_hpc_verify" | sed -n \'s/^FATAL: *//p\' | tail -n 1)',
+        "    dask_hpc_said=$(printf '%s\\n' \"$dask_hpc_verify\" | sed -n 's/^FATAL: *//p'"
+        " | tail -n 1)",
         f"    printf '{message}' {q_image} {q_key} \"$dask_hpc_said\" {shlex.quote(fix)} >&2",
         "    exit 2",
         "  fi",
