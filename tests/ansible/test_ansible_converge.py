@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from ansible_support import ROLE_PATHS, PlaybookRun
+from ansible_support import ROLE_PATHS, PlaybookRun, warnings
 from conftest import CHECKED, NO_VARS, Env
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
@@ -24,12 +24,14 @@ def failure_messages(run: PlaybookRun) -> list[str]:
 
 @pytest.mark.parametrize("name", CONVERGED)
 def test_first_converge(first_runs: dict[str, PlaybookRun], name: str) -> None:
-    """With no variables (or the configured node's), the first converge succeeds and changes."""
+    """With no variables (or the configured node's), the first converge succeeds and changes,
+    with no warning."""
     run = first_runs[f"converge_{name}"]
     assert run.returncode == 0, run.describe()
     counts = run.recap()[name]
     assert counts["failed"] == 0 and counts["unreachable"] == 0, run.describe()
     assert counts["changed"] >= 15, (counts, run.changed_tasks())
+    assert warnings(run) == [], run.describe()  # under this checkout's ansible.cfg
 
 
 def test_lists_refreshed_though_fresh(first_runs: dict[str, PlaybookRun]) -> None:
