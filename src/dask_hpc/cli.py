@@ -76,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="start only workers, joining the cluster of SCHEDULER_FILE",
     )
     where.add_argument(
+        "--abort-on-node-loss",
+        action="store_true",
+        default=None,
+        help="stop the whole cluster when a rank is lost (killed, or its node died); default: "
+        "the cluster goes on without that rank's workers, as Dask does (the launcher must "
+        "allow it: see the reliability docs)",
+    )
+    where.add_argument(
         "--timeout",
         type=positive_float,
         help="seconds to wait for the scheduler and every worker (default 300, more for "
