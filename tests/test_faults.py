@@ -592,3 +592,18 @@ def test_a_node_lost_under_srun_no_kill_keeps_the_job(
         "kill -> result right and every process gone",
         f"Slurm marks the node failed, the job goes on; srun exits {code}",
     )
+
+
+def test_exit_status_file_keeps_commands_status_where_mpirun_loses_it(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """mpirun --enable-recovery exits 0 whatever its ranks' statuses; rank 0 writes COMMAND's
+    status to hpc.exit-status-file for the job script to exit with."""
+    build, wpn, _ = KEEP_RANKS["openmpi"]
+    status = tmp_path / "status"
+    env = {**cluster_env, "DASK_HPC__EXIT_STATUS_FILE": str(status)}
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    result = run_cmd([*argv, "--", "sh", "-c", "exit 7"], env=env, timeout=120)
+    assert result.returncode == 0, result.stderr  # mpirun's own report
+    assert "command exited with status 7" in result.stderr
+    assert status.read_text() == "7\n"

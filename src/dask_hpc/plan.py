@@ -94,6 +94,7 @@ class Plan:
     processes: list[ProcessSpec]
     notes: list[str]
     abort_on_node_loss: bool = False  # rank 0 stops the cluster when a rank is lost
+    exit_status_file: str | None = None  # rank 0 writes its exit status there
 
     @property
     def runs_scheduler(self) -> bool:
@@ -485,6 +486,7 @@ def make_plan(
             if args.abort_on_node_loss is None
             else args.abort_on_node_loss
         ),
+        exit_status_file=config.get("exit-status-file") or None,
     )
 
 

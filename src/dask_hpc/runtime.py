@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from . import children, nanny_host, roster, security
 from .banner import ready_message
@@ -57,8 +58,27 @@ def run(plan: Plan, host: nanny_host.NannyHost | None = None) -> int:
     """Run this rank: ``host``, its nanny host if ``nanny_host.start`` already forked it."""
     for note in plan.notes:
         say(note)
-    rank = FirstRank if plan.runs_scheduler else WorkerRank
-    return rank(plan, host).run()
+    if not plan.runs_scheduler:
+        return WorkerRank(plan, host).run()
+    status = 1
+    try:
+        status = FirstRank(plan, host).run()
+        return status
+    except UsageError as error:
+        status = error.exit_code
+        raise
+    finally:
+        if plan.exit_status_file:
+            write_exit_status(plan.exit_status_file, status)
+
+
+def write_exit_status(path: str, status: int) -> None:
+    """Rank 0's exit status, for a job script whose launcher does not report it (Open MPI
+    with --enable-recovery exits 0 whatever its ranks' statuses)."""
+    try:
+        Path(path).write_text(f"{status}\n")
+    except OSError as error:
+        say(f"cannot write the exit status to {path}: {error.strerror}")
 
 
 class Rank:
