@@ -59,7 +59,7 @@ def _tests(build: Mapping[str, object]) -> str:
 
 
 def launch_example(target: Target) -> str:
-    """The site's launcher running one container per rank (for %help and the README)."""
+    """The site's launcher running one container per rank (for %help and the docs)."""
     from .jobscript import launch_command  # jobscript holds the launcher data
 
     gpus = int(target.build.get("example_workers_per_node") or 2)
