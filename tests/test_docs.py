@@ -155,3 +155,31 @@ def test_readme_quick_start_runs(
     pi = PI.search(result.stdout)
     assert pi and int(pi.group(1)) == expected_workers, result.stdout
     assert f"Dask cluster ready: {expected_workers} cpu workers" in result.stderr
+
+
+def test_readme_connect_snippet_runs(run_cmd, cluster_env, tmp_path: Path, wait_for) -> None:
+    """The quick start's Python, with the scheduler file of a cluster started without COMMAND."""
+    section = (REPO / "README.md").read_text().split("\n## Quick start\n", 1)[1].split("\n## ")[0]
+    (snippet,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    (path,) = re.findall(r'connect\("([^"]+)"\)', snippet)
+    sched = tmp_path / "scheduler.json"
+    cluster = subprocess.Popen(
+        [*start_cluster(), "cpu", "2", "--scheduler-file", str(sched)],
+        env=cluster_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: sched.exists() or cluster.poll() is not None, 60, what="scheduler file")
+        job = snippet.replace(path, str(sched))
+        job += "print('SUM', client.submit(sum, [1, 2, 3]).result())\nclient.shutdown()\n"
+        result = run_cmd([sys.executable, "-c", job], env=cluster_env, timeout=90)
+        assert result.returncode == 0, result.stderr
+        assert "SUM 6" in result.stdout
+        _, err = cluster.communicate(timeout=60)
+    finally:
+        if cluster.poll() is None:
+            cluster.kill()
+            cluster.communicate()
+    assert cluster.returncode == 0, err
