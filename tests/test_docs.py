@@ -183,3 +183,19 @@ def test_readme_connect_snippet_runs(run_cmd, cluster_env, tmp_path: Path, wait_
             cluster.kill()
             cluster.communicate()
     assert cluster.returncode == 0, err
+
+
+def test_the_changelog_keeps_a_changelog() -> None:
+    """Unreleased first, then releases newest first, each a tag's version; Keep a Changelog's
+    section names only."""
+    text = (REPO / "CHANGELOG.md").read_text()
+    releases = re.findall(r"^## \[([^\]]+)\](.*)$", text, re.M)
+    assert releases and releases[0][0] == "Unreleased", releases
+    versions = []
+    for version, rest in releases[1:]:
+        assert re.fullmatch(r"\d+\.\d+\.\d+", version), version
+        assert re.fullmatch(r" - \d{4}-\d{2}-\d{2}", rest), f"{version}{rest}: ' - YYYY-MM-DD'"
+        versions.append(tuple(map(int, version.split("."))))
+    assert versions == sorted(versions, reverse=True), versions
+    kinds = set(re.findall(r"^### (.+)$", text, re.M))
+    assert kinds <= {"Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}, kinds
