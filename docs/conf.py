@@ -7,18 +7,32 @@ module map generated from the code (docs/_ext/dask_hpc_docs.py).
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
 DOCS = Path(__file__).resolve().parent
 sys.path[:0] = [str(DOCS / "_ext"), str(DOCS.parent / "src")]
 
-import dask_hpc  # noqa: E402  (from this checkout, after the path above)
+
+def _version() -> str:
+    """The version git gives this tree (as a build would), else the package's own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "setuptools_scm", "-c", str(DOCS.parent / "pyproject.toml")],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode == 0 and done.stdout.strip():
+        return done.stdout.strip().splitlines()[-1]
+    import dask_hpc
+
+    return dask_hpc.__version__
+
 
 project = "dask-hpc"
 author = "dask-hpc developers"
 copyright = "dask-hpc developers"  # noqa: A001
-release = dask_hpc.__version__
+release = _version()
 version = release
 
 extensions = [
