@@ -66,6 +66,7 @@ def emulated_pals(
     ncpus: int = 208,
     extra_env: Mapping[str, str] | None = None,
     hydra_args: Sequence[str] = (),
+    cpu_bind: str | None = None,
 ) -> list[str]:
     """EMULATED HPE PALS ``mpiexec -n N --ppn P`` inside a PBS Pro job (Aurora, Polaris).
 
@@ -75,7 +76,8 @@ def emulated_pals(
     ``PMI_UNIVERSE_SIZE``, ``PMI_JOBID``, ``PMI_CONTROL_PORT``, ``PMI_SHARED_SECRET`` (and
     hydra's ``PMI_FD``); hydra's ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS`` are removed.
     ``hydra_args``: options of the hydra ``mpiexec`` underneath (what it does on a rank's
-    failure is hydra's, not PALS's).
+    failure is hydra's, not PALS's). ``cpu_bind``: PALS's ``--cpu-bind list:A:B``, local rank
+    i bound to the i-th list (with taskset).
     """
     wd = Path(workdir)
     hosts = aurora_hosts(nodes)
@@ -91,6 +93,8 @@ def emulated_pals(
         DASK_HPC_EMU_DEPTH=str(depth),
         DASK_HPC_EMU_SPOOL=str(spool),
     )
+    if cpu_bind:
+        env["DASK_HPC_EMU_CPU_BIND"] = cpu_bind
     env.update(extra_env or {})
     launcher = mpich(nodes * ppn, hosts=hosts, ppn=ppn, extra=hydra_args)
     return [*_env_prefix(env), *launcher, str(PALS_RANK)]
