@@ -131,6 +131,30 @@ def _preload_env(cluster_env: dict[str, str], module: str, tmp_path: Path) -> di
     }
 
 
+@pytest.mark.parametrize("launcher", ["local", "mpich"])
+def test_a_worker_restarting_when_the_cluster_ends_is_stopped_at_once(
+    launcher: str, request: pytest.FixtureRequest, run_cmd, cluster_env, tmp_path: Path
+) -> None:
+    """COMMAND's last task kills a worker and COMMAND exits: the cluster ends while that
+    worker restarts (here a restart takes 30 s), unknown to the scheduler. Its rank stops it:
+    no wait for its death timeout, no traceback."""
+    prefix, wpn, extra_env, names = launches(request, tmp_path)[launcher]()
+    env = {**_preload_env(cluster_env, "slow_restart", tmp_path), **extra_env}
+    job = (
+        "from distributed import Client; import os, time; c = Client(); "
+        "w = [a for a, v in c.scheduler_info()['workers'].items() if v['name'] == "
+        f"{names[-1]!r}][0]; "
+        "c.submit(os._exit, 1, workers=[w], pure=False); "
+        "time.sleep(1)"  # the worker is dead and restarting
+    )
+    argv = [*prefix, *start_cluster(), "cpu", str(wpn), *OPTS, "--", sys.executable, "-c", job]
+    result = run_cmd(argv, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    for noise in ("Traceback", "Timed out", "were killed", "did not stop"):
+        assert noise not in result.stderr, result.stderr
+    assert result.seconds < 25, result.stderr  # the death timeout (10 s) never ran out
+
+
 def test_a_worker_that_keeps_dying_at_start_is_given_up_with_one_line(
     cluster_env, tmp_path: Path
 ) -> None:

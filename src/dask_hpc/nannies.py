@@ -121,7 +121,11 @@ class NannyWatch:
     async def on_worker_exit(self, exitcode: int) -> None:
         """The worker process ended: say why, then let the Nanny restart it (or give up)."""
         self.last_exit = exitcode
-        if self.nanny.status != Status.running:  # starting or closing: Dask's own handling
+        if self.nanny.status in (Status.init, Status.starting) and not self.connected:
+            # Its first start failed; that start raises by itself. Dask before 2026.7 (whose
+            # Nanny is still 'init' then) also restarted the process here, as fast as it died.
+            return
+        if self.nanny.status != Status.running:  # closing: Dask's own handling
             await self._on_worker_exit(exitcode)
             return
         self.failed_starts = 0 if self.connected else self.failed_starts + 1
@@ -152,6 +156,22 @@ class NannyWatch:
         # after its worker closed (distributed 2026.7.1: nanny.py, WorkerProcess._run joins its
         # stop-queue thread with timeout=2). Measured: 2.0 s -> 0.05 s per close.
         self._background(self.nanny.kill(reason=reason))
+
+
+def end_a_start(nanny: Nanny) -> None:
+    """End the worker process of ``nanny`` if it is still starting (being restarted).
+
+    Dask's ``Nanny.close`` first waits for such a start to finish (up to its death timeout:
+    the scheduler closing too, it never does) and then logs a traceback. A restart is what a
+    worker killed by its last task is doing when the cluster ends; its rank ends it.
+    """
+    process = getattr(nanny, "process", None)
+    if process is None or process.status != Status.starting or process.process is None:
+        return
+    try:
+        os.kill(process.process.pid, signal.SIGKILL)
+    except (ProcessLookupError, TypeError):  # gone, or not forked yet (no pid)
+        pass
 
 
 def skip_preload_imports() -> None:
@@ -212,6 +232,8 @@ async def _run(specs: list[ProcessSpec], address: str, flags: Path) -> int:
 
     async def close_all() -> None:
         closing_for_good()
+        for nanny in nannies:
+            end_a_start(nanny)
         await asyncio.gather(*(n.close(timeout=5) for n in nannies), return_exceptions=True)
 
     closing: list[asyncio.Task[None]] = []

@@ -20,6 +20,7 @@ import socket
 from collections.abc import Callable
 
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
+STOP = b"stop\n"  # rank 0 to every rank once the scheduler closed the workers it knows
 BYE = b"bye\n"  # a rank to rank 0 as it ends on its own (its workers retired or stopped)
 KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
 KEEPALIVE_INTERVAL = 5
@@ -122,9 +123,16 @@ class Roster:
 
     def say_ended(self) -> None:
         """Tell the ranks still connected that rank 0 ends without them (best effort)."""
+        self._say(ENDED)
+
+    def say_stop(self) -> None:
+        """Tell every rank that the cluster ends: stop what the scheduler could not close."""
+        self._say(STOP)
+
+    def _say(self, message: bytes) -> None:
         for conn in self.alive.values():
             try:
-                conn.send(ENDED)
+                conn.send(message)
             except OSError:
                 pass
 

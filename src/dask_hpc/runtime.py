@@ -403,6 +403,13 @@ class FirstRank(Rank):
                 self.plan.leave_timeout,
                 interruptible=False,
             )
+        # A worker being restarted (its task killed it) is unknown to the scheduler, which
+        # cannot close it: every rank stops its own. Without this its Nanny waited for the
+        # scheduler until its death timeout, then logged a traceback (issue 19).
+        if self.roster:
+            self.roster.say_stop()
+        for role in ("nannies", "worker"):
+            self.sup.signal_all(signal.SIGTERM, role=role)
         # The other ranks end with their workers. Wait for them before this rank closes its
         # scheduler and nanny host: that work then separates their exits from this one's, so
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
@@ -512,19 +519,24 @@ class WorkerRank(Rank):
                 data = conn.recv(256)
                 if data:
                     ended = ended or roster.ENDED in data
+                    if roster.STOP in data:  # the cluster ends
+                        self.stop()
                     return
             except BlockingIOError:
                 return
             except OSError:
                 pass
             self.sup.unwatch(conn.fileno())
-            if not self.stopping and not self.closed_by_scheduler:
-                if ended:
-                    say("error: rank 0 ended the cluster before this rank's workers had stopped")
-                else:
-                    say("error: rank 0 is gone (killed, or its node died): stopping this rank")
-                self.rank0_lost = True
-                self.stop()
+            if self.closed_by_scheduler:
+                return
+            if ended:  # also after its stop request: this rank's workers outlasted the wait
+                say("error: rank 0 ended the cluster before this rank's workers had stopped")
+            elif not self.stopping:
+                say("error: rank 0 is gone (killed, or its node died): stopping this rank")
+            else:
+                return
+            self.rank0_lost = True
+            self.stop()
 
         self.sup.watch_ready(conn.fileno(), on_data)
 
