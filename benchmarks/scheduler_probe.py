@@ -1,17 +1,21 @@
 """A scheduler preload for benchmarks/scale.py: the scheduler thread's CPU while workers join
-and leave.
+and leave; and for benchmarks/scale_faults.py, its event loop's stalls and every removal.
 
 Rank 0's CPU as a whole also holds what grows with the run's wall time (the scheduler's and
 rank 0's own worker's periodic callbacks), and on a 2-core machine the simulators stretch the
 wall time; the event loop's thread CPU between the first and the last join, and between the
 first and the last removal, is the cost of the workers themselves. Loaded with
-``DASK_DISTRIBUTED__SCHEDULER__PRELOAD=<this file>``; writes JSON to ``$SCALE_PROBE_OUT``.
+``DASK_DISTRIBUTED__SCHEDULER__PRELOAD=<this file>``; writes JSON to ``$SCALE_PROBE_OUT``
+(and, with ``$SCALE_FAULTS_OUT`` set, the stalls and removals there).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -45,5 +49,76 @@ class JoinsAndLeaves(SchedulerPlugin):
             json.dump(self.marks, out)
 
 
+STALL_TICK = 0.01  # s between the loop watch's callbacks
+STALL_KEPT = 0.1  # s: lateness at least this long is kept, with when it ended
+
+
+class FaultWatch(SchedulerPlugin):
+    """The scheduler's event loop's stalls, Dask's own tick warnings, and every removal.
+
+    A callback due every 10 ms notes how late it runs: the loop did nothing else for that long
+    (a blocked loop, or one whose process got no CPU). Dask's own ``_measure_tick`` does the
+    same every 20 ms (``distributed.admin.tick``) and logs, at INFO, "Event loop was
+    unresponsive in Scheduler for X s" when X exceeds ``distributed.admin.tick.limit``; a
+    handler here keeps those. A removal is kept with the worker's name and why Dask removed it
+    (the ``stimulus_id`` without its time: ``handle-worker-cleanup`` when the worker's
+    connection broke, ``check-worker-ttl`` for missed heartbeats, ...).
+    """
+
+    name = "dask-hpc-benchmark-faults"
+
+    def __init__(self, out: str) -> None:
+        self.out = out
+        self.names: dict[str, str] = {}  # address -> worker name
+        self.removals: list[tuple[float, str, str]] = []  # (time, name, why)
+        # (time it ended, seconds late, CPU seconds of the loop's thread and of the process)
+        self.stalls: list[tuple[float, float, float, float]] = []
+        self.dask_ticks: list[tuple[float, float]] = []  # Dask's warnings: (time, seconds)
+        self.longest = 0.0
+        self.handler = logging.Handler(logging.INFO)
+        self.handler.emit = self._dask_tick  # type: ignore[method-assign]
+        self.due = 0.0
+        self.cpu = (0.0, 0.0)
+        self.timer: asyncio.TimerHandle | None = None
+
+    def _dask_tick(self, record: logging.LogRecord) -> None:
+        if str(record.msg).startswith("Event loop was unresponsive in %s") and record.args:
+            owner, seconds = record.args  # type: ignore[misc]
+            if owner == "Scheduler":
+                self.dask_ticks.append((record.created, float(seconds)))
+
+    def _tick(self) -> None:
+        now, cpu = time.monotonic(), (time.thread_time(), time.process_time())
+        late = now - self.due
+        self.longest = max(self.longest, late)
+        if late >= STALL_KEPT:  # with the CPU the loop's thread and its process used meanwhile
+            self.stalls.append((time.time(), late, cpu[0] - self.cpu[0], cpu[1] - self.cpu[1]))
+        self.due, self.cpu = now + STALL_TICK, cpu
+        self.timer = asyncio.get_running_loop().call_at(self.due, self._tick)
+
+    async def start(self, scheduler: Scheduler) -> None:
+        logging.getLogger("distributed.core").addHandler(self.handler)
+        self.due = asyncio.get_running_loop().time()  # the loop's clock is time.monotonic
+        self.cpu = (time.thread_time(), time.process_time())
+        self._tick()
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        self.names[worker] = str(scheduler.workers[worker].name)
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        why = re.sub(r"-[\d.e+-]+$", "", str(kwargs.get("stimulus_id", "")))
+        self.removals.append((time.time(), self.names.get(worker, worker), why))
+
+    async def close(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        logging.getLogger("distributed.core").removeHandler(self.handler)
+        with open(self.out, "w") as out:
+            json.dump({"removals": self.removals, "stalls": self.stalls,
+                       "dask_ticks": self.dask_ticks, "longest": self.longest}, out)  # fmt: skip
+
+
 def dask_setup(scheduler: Scheduler) -> None:
     scheduler.add_plugin(JoinsAndLeaves())
+    if os.environ.get("SCALE_FAULTS_OUT"):
+        scheduler.add_plugin(FaultWatch(os.environ["SCALE_FAULTS_OUT"]))
