@@ -12,10 +12,13 @@ first and the last removal, is the cost of the workers themselves. Loaded with
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import os
 import re
+import sys
+import threading
 import time
 from typing import Any
 
@@ -62,7 +65,10 @@ class FaultWatch(SchedulerPlugin):
     unresponsive in Scheduler for X s" when X exceeds ``distributed.admin.tick.limit``; a
     handler here keeps those. A removal is kept with the worker's name and why Dask removed it
     (the ``stimulus_id`` without its time: ``handle-worker-cleanup`` when the worker's
-    connection broke, ``check-worker-ttl`` for missed heartbeats, ...).
+    connection broke, ``check-worker-ttl`` for missed heartbeats, ...). Where a stall's time
+    goes: a thread samples the loop's stack every 50 ms while the loop is over 0.25 s late
+    (it runs only when the process gets the CPU, so the samples show the loop's own work), and
+    the garbage collector's passes are timed (``gc.callbacks``).
     """
 
     name = "dask-hpc-benchmark-faults"
@@ -80,6 +86,30 @@ class FaultWatch(SchedulerPlugin):
         self.due = 0.0
         self.cpu = (0.0, 0.0)
         self.timer: asyncio.TimerHandle | None = None
+        self.stacks: list[tuple[float, str]] = []  # (time, the loop's stack) while late
+        self.gc: dict[str, list[float]] = {}  # generation -> [passes, seconds, longest]
+        self._gc_started = 0.0
+        self.closed = threading.Event()
+
+    def _gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._gc_started = time.perf_counter()
+            return
+        took = time.perf_counter() - self._gc_started
+        passes, total, longest = self.gc.setdefault(str(info["generation"]), [0, 0.0, 0.0])
+        self.gc[str(info["generation"])] = [passes + 1, total + took, max(longest, took)]
+
+    def _sample(self, loop_thread: int) -> None:
+        while not self.closed.wait(0.05):
+            if time.monotonic() - self.due < 0.25:
+                continue
+            frame = sys._current_frames().get(loop_thread)
+            where = []
+            while frame is not None and len(where) < 8:
+                code = frame.f_code
+                where.append(f"{os.path.basename(code.co_filename)}:{code.co_name}")
+                frame = frame.f_back
+            self.stacks.append((time.time(), " < ".join(where)))
 
     def _dask_tick(self, record: logging.LogRecord) -> None:
         if str(record.msg).startswith("Event loop was unresponsive in %s") and record.args:
@@ -101,6 +131,9 @@ class FaultWatch(SchedulerPlugin):
         self.due = asyncio.get_running_loop().time()  # the loop's clock is time.monotonic
         self.cpu = (time.thread_time(), time.process_time())
         self._tick()
+        gc.callbacks.append(self._gc)
+        loop_thread = threading.get_ident()
+        threading.Thread(target=self._sample, args=(loop_thread,), daemon=True).start()
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         self.names[worker] = str(scheduler.workers[worker].name)
@@ -112,10 +145,14 @@ class FaultWatch(SchedulerPlugin):
     async def close(self) -> None:
         if self.timer is not None:
             self.timer.cancel()
+        self.closed.set()
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
         logging.getLogger("distributed.core").removeHandler(self.handler)
         with open(self.out, "w") as out:
             json.dump({"removals": self.removals, "stalls": self.stalls,
-                       "dask_ticks": self.dask_ticks, "longest": self.longest}, out)  # fmt: skip
+                       "dask_ticks": self.dask_ticks, "longest": self.longest,
+                       "stacks": self.stacks, "gc": self.gc}, out)  # fmt: skip
 
 
 def dask_setup(scheduler: Scheduler) -> None:
