@@ -52,7 +52,10 @@ from pathlib import Path
 from scale import RANKS_PER_SIM, REPO, SRC, Launch, dump, split_cpus
 
 BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
-PHASES = ("start", "job", "fault", "shutdown")
+# Launch -> all connected; -> every worker's first heartbeat sent (Dask opens a second TLS
+# connection per worker for it) and the computation submitted; the computation; kill -> every
+# lost worker removed (+0.5 s), or SIGCONT -> all connected; COMMAND's exit -> all gone.
+PHASES = ("start", "heartbeats", "job", "fault", "shutdown")
 
 
 def layout(size: int, special: int, role: str) -> list[tuple[int, int, str]]:
@@ -202,14 +205,16 @@ class Fault(threading.Thread):
             os.kill(proc.pid, signal.SIGCONT)
 
 
-def phase_of(t: float, ready: float, fault: tuple[float, float] | None, end: float) -> str:
-    if t < ready:
-        return "start"
-    if t >= end:
-        return "shutdown"
+def phase_of(t: float, marks: dict) -> str:
+    """Which of ``PHASES`` the time ``t`` falls in."""
+    fault = marks["fault"]
     if fault and fault[0] <= t <= fault[1]:
         return "fault"
-    return "job"
+    if t < marks["ready"]:
+        return "start"
+    if t >= marks["end"]:
+        return "shutdown"
+    return "heartbeats" if t < marks["submitted"] else "job"
 
 
 def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
@@ -287,15 +292,17 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         fault_window = (kill, max([t for t, _ in gone], default=kill) + 0.5)
     elif "cont" in fault.at:
         fault_window = (fault.at["cont"], ready)
+    marks = {"ready": ready, "end": end, "fault": fault_window,
+             "submitted": job.get("started", end)}  # fmt: skip
     longest = {p: 0.0 for p in PHASES}
     stalls = []  # (seconds late, the loop thread's CPU in it, the process's, phase, when)
     for t, late, thread_cpu, process_cpu in probe["stalls"]:
-        phase = phase_of(t, ready, fault_window, end)
+        phase = phase_of(t, marks)
         longest[phase] = max(longest[phase], late)
         stalls.append((late, thread_cpu, process_cpu, phase, t - start))
     by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
     for t, where in probe["stacks"]:
-        by_phase[phase_of(t, ready, fault_window, end)][where] += 1
+        by_phase[phase_of(t, marks)][where] += 1
     stacks = {p: [(n, where) for where, n in c.most_common(3)] for p, c in by_phase.items() if c}
     stacks = {p: (sum(by_phase[p].values()), top) for p, top in stacks.items()}
     worst = max(stalls, default=None)
@@ -333,6 +340,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "stalls_over_1s": sum(1 for s in stalls if s[0] > 1),
         "stalls": sorted(stalls, reverse=True)[:20],
         "stall_stacks": stacks,
+        "accepted": {p: sum(1 for t in probe["accepted"] if phase_of(t, marks) == p)
+                     for p in PHASES},  # fmt: skip
         "gc": probe["gc"],
         "stall_by_phase": longest,
         "dask_ticks": len(probe["dask_ticks"]),
@@ -396,6 +405,8 @@ def report(results: list[dict]) -> None:
         ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
         *((f"  longest in the {p} (s)", lambda r, p=p: cell(r["stall_by_phase"][p])
            if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
+        ("connections the scheduler accepted: " + ", ".join(PHASES), lambda r:
+         ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
         ("Dask's tick warnings over 1 s (longest, s)", lambda r:
          f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
         ("rank 0's lines: kill -> COMMAND's end; while stopped", lambda r: str(
@@ -446,7 +457,8 @@ def report(results: list[dict]) -> None:
         gen2 = r["gc"].get("2")
         if gen2:
             print(f"\n{r['scenario']}: the scheduler's full garbage collections: {gen2[0]:.0f}, "
-                  f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s")
+                  f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s (its thread's CPU: "
+                  f"{gen2[3]:.2f} s in all, the longest {gen2[4]:.2f} s)")
         if r["problem"]:
             print(f"\n{r['scenario']}: {r['problem']}")
         if r["healthy_dropped_names"]:

@@ -52,6 +52,26 @@ class JoinsAndLeaves(SchedulerPlugin):
             json.dump(self.marks, out)
 
 
+ACCEPTED: list[float] = []  # when the scheduler's listener accepted each connection
+
+
+def _count_accepts() -> None:
+    """Note the time of every connection the process's TCP/TLS listeners accept (patched on
+    the class when this preload is imported, before the scheduler starts listening)."""
+    from distributed.comm.tcp import BaseTCPListener
+
+    handle = BaseTCPListener._handle_stream
+    if hasattr(handle, "counted"):  # Dask imports a preload file twice (import, then reload)
+        return
+
+    async def _handle_stream(self, stream, address):  # type: ignore[no-untyped-def]
+        ACCEPTED.append(time.time())
+        return await handle(self, stream, address)
+
+    _handle_stream.counted = True  # type: ignore[attr-defined]
+    BaseTCPListener._handle_stream = _handle_stream  # type: ignore[method-assign]
+
+
 STALL_TICK = 0.01  # s between the loop watch's callbacks
 STALL_KEPT = 0.1  # s: lateness at least this long is kept, with when it ended
 
@@ -87,17 +107,20 @@ class FaultWatch(SchedulerPlugin):
         self.cpu = (0.0, 0.0)
         self.timer: asyncio.TimerHandle | None = None
         self.stacks: list[tuple[float, str]] = []  # (time, the loop's stack) while late
-        self.gc: dict[str, list[float]] = {}  # generation -> [passes, seconds, longest]
-        self._gc_started = 0.0
+        # generation -> [passes, seconds, longest, the thread's CPU seconds, longest in CPU]
+        self.gc: dict[str, list[float]] = {}
+        self._gc_started = (0.0, 0.0)
         self.closed = threading.Event()
 
     def _gc(self, phase: str, info: dict) -> None:
         if phase == "start":
-            self._gc_started = time.perf_counter()
+            self._gc_started = (time.perf_counter(), time.thread_time())
             return
-        took = time.perf_counter() - self._gc_started
-        passes, total, longest = self.gc.setdefault(str(info["generation"]), [0, 0.0, 0.0])
-        self.gc[str(info["generation"])] = [passes + 1, total + took, max(longest, took)]
+        took = time.perf_counter() - self._gc_started[0]
+        cpu = time.thread_time() - self._gc_started[1]
+        n, total, longest, total_cpu, longest_cpu = self.gc.get(str(info["generation"]), [0] * 5)
+        self.gc[str(info["generation"])] = [n + 1, total + took, max(longest, took),
+                                            total_cpu + cpu, max(longest_cpu, cpu)]  # fmt: skip
 
     def _sample(self, loop_thread: int) -> None:
         while not self.closed.wait(0.05):
@@ -152,10 +175,15 @@ class FaultWatch(SchedulerPlugin):
         with open(self.out, "w") as out:
             json.dump({"removals": self.removals, "stalls": self.stalls,
                        "dask_ticks": self.dask_ticks, "longest": self.longest,
-                       "stacks": self.stacks, "gc": self.gc}, out)  # fmt: skip
+                       "stacks": self.stacks, "gc": self.gc, "accepted": ACCEPTED},
+                      out)  # fmt: skip
 
 
 def dask_setup(scheduler: Scheduler) -> None:
     scheduler.add_plugin(JoinsAndLeaves())
     if os.environ.get("SCALE_FAULTS_OUT"):
         scheduler.add_plugin(FaultWatch(os.environ["SCALE_FAULTS_OUT"]))
+
+
+if os.environ.get("SCALE_FAULTS_OUT"):
+    _count_accepts()
