@@ -267,7 +267,13 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     stopped = time.time()
     fault = Fault(scenario, launch, special_procs, go, len(procs) - len(special_procs), opts)
     fault.start()
-    ends, _ = launch.reap(opts.timeout)
+    try:
+        ends, _ = launch.reap(opts.timeout)
+    except RuntimeError as error:
+        ready = launch.ready_at()
+        got = f"all connected after {ready - start:.1f} s" if ready else "never all connected"
+        done = ", ".join(f"{what} at {t - start:.1f} s" for what, t in fault.at.items())
+        raise RuntimeError(f"{scenario}: {got}; {done or 'no fault yet'}: {error}") from None
     fault.join()
     launch.sim_stats(skip=special_procs if scenario == "kill" else ())
     ready = launch.ready_at()
@@ -307,7 +313,13 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     stacks = {p: (sum(by_phase[p].values()), top) for p, top in stacks.items()}
     worst = max(stalls, default=None)
     busiest = max(stalls, key=lambda s: s[1], default=None)  # most of the loop's own work
+    accepted_in_busiest = 0
+    if busiest is not None:  # connections that arrived while it lasted
+        until = start + busiest[4]
+        accepted_in_busiest = sum(1 for t in probe["accepted"] if until - busiest[0] <= t <= until)
     said = [line for t, line in launch.lines if kill is not None and kill <= t < end]
+    own = [line for line in said if line.startswith("start-cluster")]
+    said = own + [line for line in said if not line.startswith("start-cluster")]
     progress = [line for t, line in launch.lines if stopped <= t < fault.at.get("cont", 0)]
     expected_after = opts.workers - lost
     return {
@@ -337,6 +349,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "longest_stall_s": probe["longest"],
         "longest_stall": worst,
         "busiest_stall": busiest,
+        "accepted_in_busiest": accepted_in_busiest,
         "stalls_over_1s": sum(1 for s in stalls if s[0] > 1),
         "stalls": sorted(stalls, reverse=True)[:20],
         "stall_stacks": stacks,
@@ -348,6 +361,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "dask_longest_tick_s": max((s for _, s in probe["dask_ticks"]), default=0.0),
         "rank0_said": said[:5],
         "rank0_said_lines": len(said),
+        "rank0_own_lines": len(own),
         "progress_while_stuck": progress[-3:],
         "lines_while_stuck": len(progress),
         "stall": opts.stall,
@@ -402,6 +416,8 @@ def report(results: list[dict]) -> None:
          lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0])),
         ("  its phase; CPU in it of the loop's thread, of its process (s)",
          lambda r: stall_cpu(r["busiest_stall"])),
+        ("  connections the scheduler accepted while it lasted",
+         lambda r: str(r["accepted_in_busiest"])),
         ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
         *((f"  longest in the {p} (s)", lambda r, p=p: cell(r["stall_by_phase"][p])
            if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
@@ -409,8 +425,11 @@ def report(results: list[dict]) -> None:
          ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
         ("Dask's tick warnings over 1 s (longest, s)", lambda r:
          f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
-        ("rank 0's lines: kill -> COMMAND's end; while stopped", lambda r: str(
-            r["rank0_said_lines"] if r["scenario"] == "kill" else r["lines_while_stuck"])),
+        ("rank 0's lines, kill -> COMMAND's end: start-cluster's, Dask's", lambda r:
+         f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
+         if r["scenario"] == "kill" else "–"),
+        ("rank 0's lines while the ranks were stopped", lambda r:
+         str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–"),
         ("load avg (1 min) at launch, at the end", lambda r:
          f"{r['load_start']:.1f}, {r['load']:.1f}"),  # fmt: skip
     ]
@@ -439,7 +458,8 @@ def report(results: list[dict]) -> None:
     for r in results:
         if r["rank0_said"]:
             n = r["rank0_said_lines"]
-            print(f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5):")
+            print(f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5, "
+                  "start-cluster's own first):")
             for line in r["rank0_said"]:
                 print(f"    {line[:200]}")
         if r["progress_while_stuck"]:
