@@ -313,10 +313,9 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     stacks = {p: (sum(by_phase[p].values()), top) for p, top in stacks.items()}
     worst = max(stalls, default=None)
     busiest = max(stalls, key=lambda s: s[1], default=None)  # most of the loop's own work
-    accepted_in_busiest = 0
-    if busiest is not None:  # connections that arrived while it lasted
-        until = start + busiest[4]
-        accepted_in_busiest = sum(1 for t in probe["accepted"] if until - busiest[0] <= t <= until)
+    busiest_by_phase = {p: 0.0 for p in PHASES}  # the most loop-thread CPU in a stall
+    for _, thread_cpu, _, phase, _ in stalls:
+        busiest_by_phase[phase] = max(busiest_by_phase[phase], thread_cpu)
     said = [line for t, line in launch.lines if kill is not None and kill <= t < end]
     own = [line for line in said if line.startswith("start-cluster")]
     said = own + [line for line in said if not line.startswith("start-cluster")]
@@ -349,7 +348,6 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "longest_stall_s": probe["longest"],
         "longest_stall": worst,
         "busiest_stall": busiest,
-        "accepted_in_busiest": accepted_in_busiest,
         "stalls_over_1s": sum(1 for s in stalls if s[0] > 1),
         "stalls": sorted(stalls, reverse=True)[:20],
         "stall_stacks": stacks,
@@ -357,6 +355,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
                      for p in PHASES},  # fmt: skip
         "gc": probe["gc"],
         "stall_by_phase": longest,
+        "busiest_by_phase": busiest_by_phase,
         "dask_ticks": len(probe["dask_ticks"]),
         "dask_longest_tick_s": max((s for _, s in probe["dask_ticks"]), default=0.0),
         "rank0_said": said[:5],
@@ -372,6 +371,11 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
 
 def cell(value, fmt: str = "{:.2f}") -> str:
     return "–" if value is None else fmt.format(value)
+
+
+def stall_cell(seconds: float) -> str:
+    """A stall's seconds; the probe keeps only those of 0.1 s or more."""
+    return f"{seconds:.2f}" if seconds else "< 0.10"
 
 
 def stall_cpu(stall: tuple | None) -> str:
@@ -416,10 +420,9 @@ def report(results: list[dict]) -> None:
          lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0])),
         ("  its phase; CPU in it of the loop's thread, of its process (s)",
          lambda r: stall_cpu(r["busiest_stall"])),
-        ("  connections the scheduler accepted while it lasted",
-         lambda r: str(r["accepted_in_busiest"])),
         ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
-        *((f"  longest in the {p} (s)", lambda r, p=p: cell(r["stall_by_phase"][p])
+        *((f"  {p}: longest stall; the most loop CPU in one (s)", lambda r, p=p:
+           f"{r['stall_by_phase'][p]:.2f}; {r['busiest_by_phase'][p]:.2f}"
            if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
         ("connections the scheduler accepted: " + ", ".join(PHASES), lambda r:
          ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
@@ -444,11 +447,18 @@ def report(results: list[dict]) -> None:
                           cell(t), "<= 10", t is not None and t <= 10
                           and r["removed"] == r["special_workers"]))  # fmt: skip
         s, own = r["longest_stall_s"], r["busiest_stall"][1] if r["busiest_stall"] else 0.0
+        during = "kill -> every lost worker removed" if r["scenario"] == "kill" else \
+            "SIGCONT -> all connected"  # fmt: skip
+        fault_s, fault_own = r["stall_by_phase"]["fault"], r["busiest_by_phase"]["fault"]
         goals += [
-            ("longest scheduler loop stall, wall clock on this machine (s)", cell(s), "<= 1",
+            (f"longest scheduler loop stall, {during}: wall clock here (s)", stall_cell(fault_s),
+             "<= 1", fault_s <= 1),
+            (f"longest scheduler loop stall, {during}: its loop's own CPU (s)",
+             cell(fault_own), "<= 1", fault_own <= 1),
+            ("longest scheduler loop stall, whole run: wall clock here (s)", cell(s), "<= 1",
              s <= 1),
-            ("longest scheduler loop stall in its thread's own CPU (s)", cell(own), "<= 1",
-             own <= 1),
+            ("longest scheduler loop stall, whole run: its loop's own CPU (s)", cell(own),
+             "<= 1", own <= 1),
             ("healthy workers dropped", str(r["healthy_dropped"]), "0",
              r["healthy_dropped"] == 0 and r["workers_after"] == r["expected_after"]),
             ("result right", "yes" if r["result_ok"] else "no", "yes", r["result_ok"]),
