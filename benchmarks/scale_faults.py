@@ -10,7 +10,7 @@ them), a stuck node is SIGSTOP of them. COMMAND is a Dask client (``_job`` below
 many short tasks on every worker and checks each task's result.
 
     PYTHONPATH=src python benchmarks/scale_faults.py [--workers 1000] [--scenario both]
-        [--kill-fraction 0.1] [--stuck-fraction 0.01] [--stall 10]
+        [--kill-fraction 0.1] [--stuck-fraction 0.01] [--stall 10] [--hang-fraction 0.01]
         [--tasks-per-worker 5] [--task-seconds 1] [--no-pin]
 
 Two scenarios, each a run of its own:
@@ -22,6 +22,9 @@ Two scenarios, each a run of its own:
 - ``stuck``: 1% of the ranks (one process) are SIGSTOPped as they start, before they read the
   scheduler file or join the roll call, and SIGCONTed ``--stall`` seconds after every other
   worker has sent its first heartbeat; then the same computation, with no fault.
+- ``hang`` (only when named: it takes minutes): as ``kill``, but SIGSTOP of 1% of the ranks, a
+  node that hangs with its connections open; Dask removes such a worker once it has missed
+  heartbeats for ``distributed.scheduler.worker-ttl`` (start-cluster: at least 5 minutes).
 
 What is measured, at the scheduler, by a preload (``benchmarks/scheduler_probe.py``,
 ``FaultWatch``): every worker removal (when, which worker, why Dask removed it), the event
@@ -36,6 +39,7 @@ workers dropped, the result right.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -53,8 +57,8 @@ from scale import RANKS_PER_SIM, REPO, SRC, Launch, dump, split_cpus
 
 BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
 # Launch -> all connected; -> every worker's first heartbeat sent (Dask opens a second TLS
-# connection per worker for it) and the computation submitted; the computation; kill -> every
-# lost worker removed (+0.5 s), or SIGCONT -> all connected; COMMAND's exit -> all gone.
+# connection per worker for it) and the computation submitted; the computation; the fault ->
+# every lost worker removed (+0.5 s), or SIGCONT -> all connected; COMMAND's exit -> all gone.
 PHASES = ("start", "heartbeats", "job", "fault", "shutdown")
 
 
@@ -171,11 +175,13 @@ def job_main(args: argparse.Namespace) -> int:
 class Fault(threading.Thread):
     """Does the scenario's fault while the cluster runs, noting when."""
 
-    def __init__(self, scenario: str, launch: Launch, special: list[subprocess.Popen],
-                 go: Path, others: int, opts: argparse.Namespace) -> None:  # fmt: skip
+    def __init__(self, scenario: str, launch: Launch, special: list[subprocess.Popen], go: Path,
+                 job_out: Path, others: int, opts: argparse.Namespace,
+                 timeout: float) -> None:  # fmt: skip
         super().__init__(daemon=True)
         self.scenario, self.launch, self.special = scenario, launch, special
-        self.go, self.others, self.opts = go, others, opts
+        self.go, self.job_out, self.others, self.opts = go, job_out, others, opts
+        self.timeout = timeout
         self.at: dict[str, float] = {}
         self.problem: str | None = None
 
@@ -183,16 +189,24 @@ class Fault(threading.Thread):
         return self.launch.rank0 is not None and self.launch.rank0.poll() is not None
 
     def run(self) -> None:
-        timeout = self.opts.timeout
-        if self.scenario == "kill":
+        timeout = self.timeout
+        if self.scenario in ("kill", "hang"):
             if not wait_for(lambda: self.go.exists() or self.ended(), timeout):
                 self.problem = "the computation never got going"
             if not self.go.exists():
                 self.problem = self.problem or "COMMAND ended before the fault"
                 return
-            self.at["kill"] = time.time()
+            self.at["fault"] = time.time()
             for proc in self.special:
-                proc.kill()  # SIGKILL: every connection of these ranks breaks at once
+                # SIGKILL: every connection of these ranks breaks at once. SIGSTOP: they stay
+                # open (the kernel still answers), the workers just stop: a hung node.
+                os.kill(proc.pid, signal.SIGKILL if self.scenario == "kill" else signal.SIGSTOP)
+            if self.scenario == "hang":  # until COMMAND is done (it waits for their removal)
+                wait_for(lambda: self.job_out.exists() or self.ended(), timeout, 0.1)
+                self.at["cont"] = time.time()
+                for proc in self.special:
+                    with contextlib.suppress(ProcessLookupError):  # reaped after a timeout
+                        os.kill(proc.pid, signal.SIGCONT)
             return
         # stuck: the others have all sent a heartbeat (one file per simulator), then the stall
         settled = self.launch.settled
@@ -202,7 +216,8 @@ class Fault(threading.Thread):
         threading.Event().wait(self.opts.stall)  # the fault itself: the ranks stay stopped
         self.at["cont"] = time.time()
         for proc in self.special:
-            os.kill(proc.pid, signal.SIGCONT)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
 
 
 def phase_of(t: float, marks: dict) -> str:
@@ -220,10 +235,9 @@ def phase_of(t: float, marks: dict) -> str:
 def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     launch = Launch(opts.workers, opts.per_rank, tmp / scenario)
     size = launch.size
-    if scenario == "kill":
-        special = max(1, round(opts.kill_fraction * size))
-    else:
-        special = max(1, round(opts.stuck_fraction * size))
+    fraction = {"kill": opts.kill_fraction, "stuck": opts.stuck_fraction,
+                "hang": opts.hang_fraction}  # fmt: skip
+    special = max(1, round(fraction[scenario] * size))
     if special > size - 2:
         raise SystemExit(f"--workers {opts.workers}: too few ranks for this fault")
     procs = layout(size, special, scenario)
@@ -235,7 +249,13 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     for first, count, role in procs:
         if role == scenario:
             special_names |= worker_names(first, count, opts.per_rank)
-    lost = len(special_names) if scenario == "kill" else 0
+    lost = len(special_names) if scenario in ("kill", "hang") else 0
+    timeout = opts.timeout
+    if scenario == "hang":  # Dask checks every worker-ttl seconds: removed within 2 x ttl
+        from dask_hpc import plan
+
+        ttl = plan.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
+        timeout += 2 * ttl + 60
     command = [
         sys.executable, __file__, "_job",
         "--settled-dir", str(launch.settled),
@@ -245,7 +265,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "--go", str(go),
         "--lost", str(lost),
         "--out", str(job_out),
-        "--timeout", str(opts.timeout),
+        "--timeout", str(timeout),
     ]  # fmt: skip
     probe_env = {
         "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
@@ -265,10 +285,11 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
             if scenario == "stuck":
                 os.kill(proc.pid, signal.SIGSTOP)  # before it has even imported Dask
     stopped = time.time()
-    fault = Fault(scenario, launch, special_procs, go, len(procs) - len(special_procs), opts)
+    fault = Fault(scenario, launch, special_procs, go, job_out, len(procs) - len(special_procs),
+                  opts, timeout)
     fault.start()
     try:
-        ends, _ = launch.reap(opts.timeout)
+        ends, _ = launch.reap(timeout)
     except RuntimeError as error:
         ready = launch.ready_at()
         got = f"all connected after {ready - start:.1f} s" if ready else "never all connected"
@@ -286,17 +307,19 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     probe = json.loads(faults.read_text())
     exited = next((t for t, line in launch.lines if "command exited" in line), None)
     end = exited or max(ends.values())  # removals from then on are the cluster's shutdown
-    before_end = [(t, name, why) for t, name, why in probe["removals"] if t < end]
-    gone = [(t, why) for t, name, why in before_end if name in special_names]
-    healthy_dropped = [name for _, name, _ in before_end if name not in special_names]
-    kill = fault.at.get("kill")
+    before_end = [r for r in probe["removals"] if r[0] < end]
+    gone = [(t, why) for t, name, why, _ in before_end if name in special_names]
+    healthy_dropped = [name for _, name, _, _ in before_end if name not in special_names]
+    cpu_at = [cpu for _, name, _, cpu in before_end if name in special_names]
+    removal_ms = 1000 * (cpu_at[-1] - cpu_at[0]) / (len(cpu_at) - 1) if len(cpu_at) > 1 else None
+    kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
     whys: dict[str, int] = {}
     for _, why in gone:
         whys[why] = whys.get(why, 0) + 1
     fault_window = None
     if kill is not None:
         fault_window = (kill, max([t for t, _ in gone], default=kill) + 0.5)
-    elif "cont" in fault.at:
+    elif "cont" in fault.at:  # stuck
         fault_window = (fault.at["cont"], ready)
     marks = {"ready": ready, "end": end, "fault": fault_window,
              "submitted": job.get("started", end)}  # fmt: skip
@@ -319,7 +342,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     said = [line for t, line in launch.lines if kill is not None and kill <= t < end]
     own = [line for line in said if line.startswith("start-cluster")]
     said = own + [line for line in said if not line.startswith("start-cluster")]
-    progress = [line for t, line in launch.lines if stopped <= t < fault.at.get("cont", 0)]
+    progress = [line for t, line in launch.lines
+                if scenario == "stuck" and stopped <= t < fault.at.get("cont", 0)]  # fmt: skip
     expected_after = opts.workers - lost
     return {
         "scenario": scenario,
@@ -330,11 +354,12 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "special_workers": len(special_names),
         "problem": fault.problem,
         "start_s": ready - start,
-        "cont_to_ready_s": ready - fault.at["cont"] if "cont" in fault.at else None,
-        "stalled_s": fault.at["cont"] - stopped if "cont" in fault.at else None,
+        "cont_to_ready_s": ready - fault.at["cont"] if scenario == "stuck" else None,
+        "stalled_s": fault.at["cont"] - stopped if scenario == "stuck" else None,
         "first_removed_s": min(t for t, _ in gone) - kill if kill and gone else None,
         "all_removed_s": max(t for t, _ in gone) - kill if kill and gone else None,
         "removed": len(gone),
+        "removal_ms": removal_ms,
         "whys": whys,
         "healthy_dropped": len(healthy_dropped),
         "healthy_dropped_names": healthy_dropped[:10],
@@ -392,6 +417,7 @@ def report(results: list[dict]) -> None:
           f"{first['tasks']} tasks and checks each result")  # fmt: skip
     titles = {
         "kill": "{special} ranks killed (SIGKILL of {special_procs} processes) mid-computation",
+        "hang": "{special} ranks hung (SIGSTOP of {special_procs} processes) mid-computation",
         "stuck": "{special} rank(s) stopped (SIGSTOP) at launch, before the roll call, for "
                  "{stalled:.0f} s ({stall:g} s after the others connected)",
     }
@@ -401,10 +427,12 @@ def report(results: list[dict]) -> None:
     rows = [
         ("launch -> all connected (s)", lambda r: cell(r["start_s"])),
         ("SIGCONT -> all connected (s)", lambda r: cell(r["cont_to_ready_s"])),
-        ("kill -> first lost worker removed (s)", lambda r: cell(r["first_removed_s"])),
-        ("kill -> every lost worker removed (s)", lambda r: cell(r["all_removed_s"])),
+        ("fault -> first lost worker removed (s)", lambda r: cell(r["first_removed_s"])),
+        ("fault -> every lost worker removed (s)", lambda r: cell(r["all_removed_s"])),
         ("lost workers removed", lambda r: f"{r['removed']}/{r['special_workers']}"
-         if r["scenario"] == "kill" else "–"),  # fmt: skip
+         if r["scenario"] != "stuck" else "–"),  # fmt: skip
+        ("scheduler loop CPU per lost worker, first to last removal (ms)",
+         lambda r: cell(r["removal_ms"], "{:.1f}")),
         ("why the scheduler removed them", lambda r: ", ".join(
             f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–"),  # fmt: skip
         ("healthy workers removed before COMMAND's end", lambda r: str(r["healthy_dropped"])),
@@ -412,7 +440,7 @@ def report(results: list[dict]) -> None:
         ("result right (every task's value)", lambda r: "yes" if r["result_ok"] else
          f"NO ({r['job_error'] or 'wrong values'})"),  # fmt: skip
         ("computation: submit -> all done (s)", lambda r: cell(r["job_s"])),
-        ("kill -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
+        ("fault -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
         ("longest scheduler loop stall (s)", lambda r: cell(r["longest_stall_s"])),
         ("  its phase; CPU in it of the loop's thread, of its process (s)",
          lambda r: stall_cpu(r["longest_stall"])),
@@ -428,9 +456,9 @@ def report(results: list[dict]) -> None:
          ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
         ("Dask's tick warnings over 1 s (longest, s)", lambda r:
          f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
-        ("rank 0's lines, kill -> COMMAND's end: start-cluster's, Dask's", lambda r:
+        ("rank 0's lines, fault -> COMMAND's end: start-cluster's, Dask's", lambda r:
          f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
-         if r["scenario"] == "kill" else "–"),
+         if r["scenario"] != "stuck" else "–"),
         ("rank 0's lines while the ranks were stopped", lambda r:
          str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–"),
         ("load avg (1 min) at launch, at the end", lambda r:
@@ -441,13 +469,13 @@ def report(results: list[dict]) -> None:
     print("\n| goal | scenario | measured | target | met |\n|---|---|---|---|---|")
     for r in results:
         goals = []
-        if r["scenario"] == "kill":
+        if r["scenario"] != "stuck":
             t = r["all_removed_s"]
-            goals.append(("loss detected: kill -> every lost worker removed (s)",
+            goals.append(("loss detected: fault -> every lost worker removed (s)",
                           cell(t), "<= 10", t is not None and t <= 10
                           and r["removed"] == r["special_workers"]))  # fmt: skip
         s, own = r["longest_stall_s"], r["busiest_stall"][1] if r["busiest_stall"] else 0.0
-        during = "kill -> every lost worker removed" if r["scenario"] == "kill" else \
+        during = "fault -> every lost worker removed" if r["scenario"] != "stuck" else \
             "SIGCONT -> all connected"  # fmt: skip
         fault_s, fault_own = r["stall_by_phase"]["fault"], r["busiest_by_phase"]["fault"]
         goals += [
@@ -508,9 +536,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=1000, help="W, all ranks' workers")
     parser.add_argument("--per-rank", type=int, default=1, help="workers per simulated rank")
-    parser.add_argument("--scenario", choices=("kill", "stuck", "both"), default="both")
+    parser.add_argument("--scenario", choices=("kill", "stuck", "hang", "both"), default="both",
+                        help="both: kill and stuck; hang (SIGSTOP of --hang-fraction of the "
+                        "ranks mid-computation) runs only when named: Dask removes a hung "
+                        "worker after its worker-ttl, which start-cluster sets to at least "
+                        "5 minutes")  # fmt: skip
     parser.add_argument("--kill-fraction", type=float, default=0.1, help="of the ranks")
     parser.add_argument("--stuck-fraction", type=float, default=0.01, help="of the ranks")
+    parser.add_argument("--hang-fraction", type=float, default=0.01, help="of the ranks")
     parser.add_argument("--stall", type=float, default=10.0,
                         help="seconds the stuck ranks stay stopped after every other worker "
                         "has sent its first heartbeat")  # fmt: skip

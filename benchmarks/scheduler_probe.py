@@ -96,7 +96,8 @@ class FaultWatch(SchedulerPlugin):
     def __init__(self, out: str) -> None:
         self.out = out
         self.names: dict[str, str] = {}  # address -> worker name
-        self.removals: list[tuple[float, str, str]] = []  # (time, name, why)
+        # (time, name, why, the loop thread's CPU seconds so far)
+        self.removals: list[tuple[float, str, str, float]] = []
         # (time it ended, seconds late, CPU seconds of the loop's thread and of the process)
         self.stalls: list[tuple[float, float, float, float]] = []
         self.dask_ticks: list[tuple[float, float]] = []  # Dask's warnings: (time, seconds)
@@ -163,7 +164,7 @@ class FaultWatch(SchedulerPlugin):
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         why = re.sub(r"-[\d.e+-]+$", "", str(kwargs.get("stimulus_id", "")))
-        self.removals.append((time.time(), self.names.get(worker, worker), why))
+        self.removals.append((time.time(), self.names.get(worker, worker), why, time.thread_time()))
 
     async def close(self) -> None:
         if self.timer is not None:

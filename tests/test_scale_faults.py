@@ -40,15 +40,15 @@ def test_the_scale_faults_benchmark_runs_and_prints_its_table(run_cmd, cluster_e
     assert rows["healthy workers removed before COMMAND's end"] == ["0", "0"]
     assert rows["workers at the end / expected"] == ["18/18", "20/20"]
     assert rows["result right (every task's value)"] == ["yes", "yes"]
-    assert float(rows["kill -> computation done (s)"][0]) > 0  # the kill hit a running job
-    assert float(rows["kill -> every lost worker removed (s)"][0]) >= 0
+    assert float(rows["fault -> computation done (s)"][0]) > 0  # the kill hit a running job
+    assert float(rows["fault -> every lost worker removed (s)"][0]) >= 0
     assert float(rows["SIGCONT -> all connected (s)"][1]) > 0
     assert float(rows["longest scheduler loop stall (s)"][0]) > 0
     met = {(what, scenario): ok for what, scenario, _, _, ok in goals}
     assert met[("healthy workers dropped", "kill")] == "yes"
     assert met[("healthy workers dropped", "stuck")] == "yes"
     assert met[("result right", "kill")] == met[("result right", "stuck")] == "yes"
-    assert ("loss detected: kill -> every lost worker removed (s)", "kill") in met
+    assert ("loss detected: fault -> every lost worker removed (s)", "kill") in met
     assert ("longest scheduler loop stall, whole run: its loop's own CPU (s)", "stuck") in met
-    assert ("longest scheduler loop stall, kill -> every lost worker removed: its loop's own "
+    assert ("longest scheduler loop stall, fault -> every lost worker removed: its loop's own "
             "CPU (s)", "kill") in met
