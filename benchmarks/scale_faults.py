@@ -43,6 +43,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -220,6 +221,13 @@ class Fault(threading.Thread):
                 os.kill(proc.pid, signal.SIGCONT)
 
 
+def kind(line: str) -> str:
+    """A log line without its time, addresses, numbers and details: what kind of line it is."""
+    line = line.split(" - ", 3)[-1] if " - " in line else line
+    line = re.sub(r"'?tls://[\d.:]+'?", "ADDRESS", line)
+    return re.sub(r"\d+(\.\d+)?", "N", re.split(r": |\{", line, maxsplit=1)[0])[:100]
+
+
 def phase_of(t: float, marks: dict) -> str:
     """Which of ``PHASES`` the time ``t`` falls in."""
     fault = marks["fault"]
@@ -307,12 +315,14 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     probe = json.loads(faults.read_text())
     exited = next((t for t, line in launch.lines if "command exited" in line), None)
     end = exited or max(ends.values())  # removals from then on are the cluster's shutdown
+    kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
     before_end = [r for r in probe["removals"] if r[0] < end]
     gone = [(t, why) for t, name, why, _ in before_end if name in special_names]
     healthy_dropped = [name for _, name, _, _ in before_end if name not in special_names]
     cpu_at = [cpu for _, name, _, cpu in before_end if name in special_names]
     removal_ms = 1000 * (cpu_at[-1] - cpu_at[0]) / (len(cpu_at) - 1) if len(cpu_at) > 1 else None
-    kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
+    in_remove = [cpu for t, cpu in probe["removals_cpu"]
+                 if kill is not None and kill <= t < end]  # fmt: skip
     whys: dict[str, int] = {}
     for _, why in gone:
         whys[why] = whys.get(why, 0) + 1
@@ -360,6 +370,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "all_removed_s": max(t for t, _ in gone) - kill if kill and gone else None,
         "removed": len(gone),
         "removal_ms": removal_ms,
+        "in_remove_ms": 1000 * sum(in_remove) / len(in_remove) if in_remove else None,
+        "in_remove_max_ms": 1000 * max(in_remove, default=0.0),
         "whys": whys,
         "healthy_dropped": len(healthy_dropped),
         "healthy_dropped_names": healthy_dropped[:10],
@@ -384,6 +396,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "dask_ticks": len(probe["dask_ticks"]),
         "dask_longest_tick_s": max((s for _, s in probe["dask_ticks"]), default=0.0),
         "rank0_said": said[:5],
+        "rank0_said_kinds": Counter(kind(line) for line in said).most_common(5),
         "rank0_said_lines": len(said),
         "rank0_own_lines": len(own),
         "progress_while_stuck": progress[-3:],
@@ -433,6 +446,8 @@ def report(results: list[dict]) -> None:
          if r["scenario"] != "stuck" else "–"),  # fmt: skip
         ("scheduler loop CPU per lost worker, first to last removal (ms)",
          lambda r: cell(r["removal_ms"], "{:.1f}")),
+        ("  of which in Dask's remove_worker: mean; longest call (ms)", lambda r:
+         f"{r['in_remove_ms']:.1f}; {r['in_remove_max_ms']:.1f}" if r["in_remove_ms"] else "–"),
         ("why the scheduler removed them", lambda r: ", ".join(
             f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–"),  # fmt: skip
         ("healthy workers removed before COMMAND's end", lambda r: str(r["healthy_dropped"])),
@@ -500,6 +515,9 @@ def report(results: list[dict]) -> None:
                   "start-cluster's own first):")
             for line in r["rank0_said"]:
                 print(f"    {line[:200]}")
+            print("  by kind:")
+            for what, n in r["rank0_said_kinds"]:
+                print(f"    {n:4d}  {what}")
         if r["progress_while_stuck"]:
             print(f"\n{r['scenario']}: rank 0's last lines while the ranks were stopped "
                   f"({r['lines_while_stuck']} lines):")

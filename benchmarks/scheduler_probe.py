@@ -72,6 +72,27 @@ def _count_accepts() -> None:
     BaseTCPListener._handle_stream = _handle_stream  # type: ignore[method-assign]
 
 
+REMOVALS_CPU: list[tuple[float, float]] = []  # (when, the loop's CPU in remove_worker)
+
+
+def _time_removals() -> None:
+    """Note the thread CPU of each ``Scheduler.remove_worker`` call (which runs to its end
+    without yielding when no plugin's hook is a coroutine: all of its work, in one turn)."""
+    remove = Scheduler.remove_worker
+    if hasattr(remove, "timed"):  # imported twice, as above
+        return
+
+    async def remove_worker(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        cpu = time.thread_time()
+        try:
+            return await remove(self, *args, **kwargs)
+        finally:
+            REMOVALS_CPU.append((time.time(), time.thread_time() - cpu))
+
+    remove_worker.timed = True  # type: ignore[attr-defined]
+    Scheduler.remove_worker = remove_worker  # type: ignore[method-assign]
+
+
 STALL_TICK = 0.01  # s between the loop watch's callbacks
 STALL_KEPT = 0.1  # s: lateness at least this long is kept, with when it ended
 
@@ -176,7 +197,8 @@ class FaultWatch(SchedulerPlugin):
         with open(self.out, "w") as out:
             json.dump({"removals": self.removals, "stalls": self.stalls,
                        "dask_ticks": self.dask_ticks, "longest": self.longest,
-                       "stacks": self.stacks, "gc": self.gc, "accepted": ACCEPTED},
+                       "stacks": self.stacks, "gc": self.gc, "accepted": ACCEPTED,
+                       "removals_cpu": REMOVALS_CPU},
                       out)  # fmt: skip
 
 
@@ -188,3 +210,4 @@ def dask_setup(scheduler: Scheduler) -> None:
 
 if os.environ.get("SCALE_FAULTS_OUT"):
     _count_accepts()
+    _time_removals()
