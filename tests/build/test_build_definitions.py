@@ -103,10 +103,14 @@ def test_summit_is_ppc64le_with_the_last_ppc64le_cuda() -> None:
     assert "jsrun --nrs 12 --rs_per_host 6" in text
 
 
-def test_aurora_has_oneapi_level_zero_and_dpnp() -> None:
+def test_aurora_has_level_zero_and_dpnp_with_one_sycl_runtime() -> None:
+    """No oneAPI image underneath (its SYCL runtime would be a second one, tests/spack/
+    test_sycl_runtime.py): Ubuntu 24.04 with the Level Zero loader and Intel's compute runtime,
+    dpnp and its runtime wheels from pypi.txt."""
     text = definition("aurora")
-    assert "base_image=intel/oneapi-basekit:" in text
-    assert "runtime_image=intel/oneapi-runtime:" in text
+    assert "base_image=ubuntu:24.04" in text and "runtime_image=ubuntu:24.04" in text
+    assert "oneapi-basekit" not in text and "oneapi-runtime" not in text
+    assert "apt-get install -y -q --no-install-recommends libze1 libze-intel-gpu1" in text
     assert "find_spec('dpnp')" in text and "libze_loader.so.1" in text
     assert "--nv" not in text and "--rocm" not in text
     assert "mpiexec -n 12 --ppn 6 apptainer exec IMAGE start-cluster gpu 6" in text
@@ -123,7 +127,21 @@ def test_local_builds_offline_from_host_made_pieces() -> None:
     assert "Bootstrap: localimage" in text
     assert "--no-index --find-links /opt/dask-hpc/wheels" in text
     assert "http" not in text.replace("https://github.com", "")  # no mirror written down
-    assert set(build_args(load_target("local"), REPO)) == {"base", "wheels"}
+    assert set(build_args(load_target("local"), REPO)) == {"base", "wheels", "dask_hpc_version"}
+
+
+@pytest.mark.parametrize("name", [*SITES, "local"])
+def test_the_version_is_a_build_argument_from_git(name: str) -> None:
+    """Labels and the dask-hpc inside say the version git gives this tree; none is written
+    into the committed definition, which would be stale after every commit."""
+    from dask_hpc_deploy.versions import source_version
+
+    text = definition(name)
+    assert "org.dask-hpc.version {{ dask_hpc_version }}" in text
+    assert "dask_hpc_version=" not in text  # no default: a build without it stops
+    assert build_args(load_target(name), REPO)["dask_hpc_version"] == source_version()
+    if name != "local":  # the Spack stack installs dask-hpc as that version
+        assert '"py-dask-hpc@={{ dask_hpc_version }}"' in text
 
 
 @pytest.mark.parametrize("name", [*SITES, "local"])

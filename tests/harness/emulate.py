@@ -65,6 +65,8 @@ def emulated_pals(
     depth: int = 1,
     ncpus: int = 208,
     extra_env: Mapping[str, str] | None = None,
+    hydra_args: Sequence[str] = (),
+    cpu_bind: str | None = None,
 ) -> list[str]:
     """EMULATED HPE PALS ``mpiexec -n N --ppn P`` inside a PBS Pro job (Aurora, Polaris).
 
@@ -73,6 +75,9 @@ def emulated_pals(
     ``PALS_APINFO``, ``PMI_RANK``, ``PMI_SIZE``, ``PMI_LOCAL_RANK``, ``PMI_LOCAL_SIZE``,
     ``PMI_UNIVERSE_SIZE``, ``PMI_JOBID``, ``PMI_CONTROL_PORT``, ``PMI_SHARED_SECRET`` (and
     hydra's ``PMI_FD``); hydra's ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS`` are removed.
+    ``hydra_args``: options of the hydra ``mpiexec`` underneath (what it does on a rank's
+    failure is hydra's, not PALS's). ``cpu_bind``: PALS's ``--cpu-bind list:A:B``, local rank
+    i bound to the i-th list (with taskset).
     """
     wd = Path(workdir)
     hosts = aurora_hosts(nodes)
@@ -88,8 +93,11 @@ def emulated_pals(
         DASK_HPC_EMU_DEPTH=str(depth),
         DASK_HPC_EMU_SPOOL=str(spool),
     )
+    if cpu_bind:
+        env["DASK_HPC_EMU_CPU_BIND"] = cpu_bind
     env.update(extra_env or {})
-    return [*_env_prefix(env), *mpich(nodes * ppn, hosts=hosts, ppn=ppn), str(PALS_RANK)]
+    launcher = mpich(nodes * ppn, hosts=hosts, ppn=ppn, extra=hydra_args)
+    return [*_env_prefix(env), *launcher, str(PALS_RANK)]
 
 
 def summit_hosts(nodes: int) -> list[str]:

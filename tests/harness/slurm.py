@@ -60,7 +60,7 @@ KillOnBadExit={kill_on_bad_exit}
 UnkillableStepTimeout={unkillable_timeout}
 MessageTimeout=10
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout={slurmd_timeout}
 InactiveLimit=0
 MinJobAge=3600
 WaitTime=0
@@ -92,6 +92,7 @@ class SlurmCluster:
         kill_on_bad_exit: int = 0,
         unkillable_timeout: int = 20,
         extra_conf: str = "",
+        slurmd_timeout: int = 30,
     ) -> None:
         self.root = Path(workdir).resolve()
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
@@ -100,6 +101,7 @@ class SlurmCluster:
         self.kill_wait = kill_wait
         self.kill_on_bad_exit = kill_on_bad_exit
         self.unkillable_timeout = unkillable_timeout
+        self.slurmd_timeout = slurmd_timeout  # a node silent this long is DOWN (node failure)
         self.extra_conf = extra_conf
         self.conf_path = self.root / "slurm.conf"
         self.env: dict[str, str] = {"SLURM_CONF": str(self.conf_path)}
@@ -137,6 +139,7 @@ class SlurmCluster:
             kill_wait=self.kill_wait,
             kill_on_bad_exit=self.kill_on_bad_exit,
             unkillable_timeout=self.unkillable_timeout,
+            slurmd_timeout=self.slurmd_timeout,
             extra=self.extra_conf,
             nodes=node_lines,
             partition=self.partition,

@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 
+from dask_hpc import images
 from dask_hpc.errors import UsageError
 from dask_hpc.sites import load_site
 
@@ -42,6 +43,8 @@ class JobRequest:
     image: str | None = None
     job_name: str = "dask-hpc"
     output: str | None = None
+    image_key: str | None = None  # the site's public key; default: hpc.image-key (issue 21)
+    verify_image: bool = True  # False: the explicit opt-out of the image check (issue 21)
 
 
 def parse_walltime(text: str) -> int:
@@ -125,6 +128,11 @@ def render(req: JobRequest, target: Target) -> str:
     ]
     lines += [system["directive"].format(d) for d in target.build.get("job_directives") or []]
     setup = [str(s) for s in target.build.get("job_setup") or []]
+    # Issue 21: the image is verified with the site's key once, before the launcher starts any
+    # rank (dask_hpc.images; to move along with this module into dask_hpc.batch).
+    trust = images.configured_trust(req.image_key, None if req.verify_image else False)
+    if trust.key is not None:
+        setup += images.shell_check(image, trust.key)
     launch = launch_command(
         target, req.nodes, per_node, image, worker_type, shlex.join(req.command)
     )
