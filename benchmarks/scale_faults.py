@@ -227,9 +227,13 @@ class Fault(threading.Thread):
 
 def kind(line: str) -> str:
     """A log line without its time, addresses, numbers and details: what kind of line it is."""
-    line = line.split(" - ", 3)[-1] if " - " in line else line
-    line = re.sub(r"'?tls://[\d.:]+'?", "ADDRESS", line)
-    return re.sub(r"\d+(\.\d+)?", "N", re.split(r": |\{", line, maxsplit=1)[0])[:100]
+    if line.startswith("start-cluster: "):  # start-cluster's own: whole
+        line = line.removeprefix("start-cluster: ")
+    else:  # a Dask log record: its message, up to its details
+        line = line.split(" - ", 3)[-1] if " - " in line else line
+        line = re.sub(r"'?tls://[\d.:]+'?", "ADDRESS", line)
+        line = re.split(r": |\{", line, maxsplit=1)[0]
+    return re.sub(r"\d+(\.\d+)?", "N", line)[:100]
 
 
 def phase_of(t: float, marks: dict) -> str:
