@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_faults.py"
 
 
@@ -23,6 +25,7 @@ def table_rows(stdout: str) -> tuple[dict[str, list[str]], list[list[str]]]:
     return rows, goals
 
 
+@pytest.mark.timeout(600)  # both scenarios: ~30 s here at load 25, ~50 s at load 30
 def test_the_scale_faults_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
     """20 workers on 20 ranks: 2 ranks SIGKILLed mid-computation, then (a run of its own) 1
     rank SIGSTOPped before the roll call. The lost workers, and only they, are removed, by
