@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import gc
 import json
 import logging
@@ -42,13 +43,14 @@ import os
 import random
 import resource
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -240,88 +242,105 @@ def pinned_to(cpus: set[int] | None) -> Callable[[], None] | None:
     return lambda: os.sched_setaffinity(0, cpus)
 
 
-def run_one(
-    workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool, pin: bool
-) -> dict:
-    size = workers // per_rank
-    job = f"scale{workers}x{random.randrange(10**6)}"
-    sched_dir = tmp / "sched"
-    local = tmp / "local"
-    settled = tmp / "settled"  # a file per simulator whose workers have all sent a heartbeat
-    firsts = range(1, size, RANKS_PER_SIM)
-    for d in (sched_dir, local, settled):
-        shutil.rmtree(d, ignore_errors=True)
-        d.mkdir(parents=True)
-    stamp = tmp / "command-exit"
-    stamp.unlink(missing_ok=True)
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-        "DASK_HPC__SCHEDULER_DIRECTORY": str(sched_dir),
-        "PYTHONUNBUFFERED": "1",
-    }
-    probe = tmp / "probe.json"
-    probe.unlink(missing_ok=True)
-    env0 = {
-        **env,
-        **rank_env(0, size, job, per_rank),
-        "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
-        "SCALE_PROBE_OUT": str(probe),
-    }
-    from dask_hpc import launchers, plan
+@dataclasses.dataclass
+class Launch:
+    """One run's rank 0 and simulated ranks: their paths and environment, then their processes.
 
-    info0 = launchers.detect(env0, None, pid=0, host="node0")
-    scheduler_file = sched_dir / f"dask-hpc-{info0.launch_id}" / "scheduler.json"
-    argv0 = [
-        sys.executable,
-        "-m",
-        "dask_hpc",
-        "cpu",
-        str(per_rank),
-        "--nthreads",
-        "1",
-        "--memory-limit",
-        "1GiB",
-        "--interface",
-        "lo",
-        "--local-directory",
-        str(local / "rank0"),
-        "--",
-        "sh",
-        "-c",
-        # The job: it ends at once, or (settle) once every simulated worker has sent its first
-        # heartbeat, i.e. after Dask's heartbeat-connection wave that follows every start.
-        (f"until [ $(ls {settled} | wc -l) -ge {len(firsts)} ]; do sleep 0.05; done; " if settle
-         else "") + f"date +%s.%N > {stamp}",
-    ]  # fmt: skip
-    poll_max = plan.poll_max_interval(size)
-    start = time.time()
-    rank0_cpus, sim_cpus = split_cpus(pin)
-    rank0 = subprocess.Popen(
-        argv0,
-        env=env0,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        preexec_fn=pinned_to(rank0_cpus),
-    )
-    watch = Rank0Watch(rank0.pid)
-    watch.start()
-    lines: list[tuple[float, str]] = []
+    ``benchmarks/scale_faults.py`` starts, stops and kills them its own way with the same parts.
+    """
 
-    def read_stderr() -> None:
-        assert rank0.stderr is not None
-        for raw in rank0.stderr:
-            lines.append((time.time(), raw.decode(errors="replace").rstrip()))
+    workers: int
+    per_rank: int
+    tmp: Path
+    size: int = 0
+    job: str = ""
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    scheduler_file: Path = Path()
+    rank0: subprocess.Popen | None = None
+    lines: list[tuple[float, str]] = dataclasses.field(default_factory=list)  # rank 0's stderr
+    reader: threading.Thread | None = None
+    sims: list[tuple[subprocess.Popen, Path]] = dataclasses.field(default_factory=list)
 
-    reader = threading.Thread(target=read_stderr, daemon=True)
-    reader.start()
-    sims = []
-    # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
-    needs = plan.scale_needs(workers, size, per_rank, len(os.sched_getaffinity(0)), {})
-    sim_env = {**env, **SIM_CONFIG, **needs.env}
-    for first in firsts:
-        count = min(RANKS_PER_SIM, size - first)
-        out = tmp / f"sim-{first}.json"
+    def __post_init__(self) -> None:
+        self.size = self.workers // self.per_rank
+        self.job = f"scale{self.workers}x{random.randrange(10**6)}"
+        for d in (self.sched_dir, self.local, self.settled):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "DASK_HPC__SCHEDULER_DIRECTORY": str(self.sched_dir),
+            "PYTHONUNBUFFERED": "1",
+        }
+        from dask_hpc import launchers
+
+        info0 = launchers.detect(self.rank0_env(), None, pid=0, host="node0")
+        self.scheduler_file = self.sched_dir / f"dask-hpc-{info0.launch_id}" / "scheduler.json"
+
+    @property
+    def sched_dir(self) -> Path:
+        return self.tmp / "sched"
+
+    @property
+    def local(self) -> Path:
+        return self.tmp / "local"
+
+    @property
+    def settled(self) -> Path:  # a file per simulator whose workers have all sent a heartbeat
+        return self.tmp / "settled"
+
+    def rank0_env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return {**self.env, **rank_env(0, self.size, self.job, self.per_rank), **(extra or {})}
+
+    def start_rank0(
+        self, command: list[str], extra_env: dict[str, str], cpus: set[int] | None
+    ) -> subprocess.Popen:
+        """The real start-cluster as rank 0 of ``size`` ranks, running ``command``; its stderr
+        lines are collected in ``lines`` with the time each arrived."""
+        argv0 = [
+            sys.executable,
+            "-m",
+            "dask_hpc",
+            "cpu",
+            str(self.per_rank),
+            "--nthreads",
+            "1",
+            "--memory-limit",
+            "1GiB",
+            "--interface",
+            "lo",
+            "--local-directory",
+            str(self.local / "rank0"),
+            "--",
+            *command,
+        ]
+        self.rank0 = rank0 = subprocess.Popen(
+            argv0,
+            env=self.rank0_env(extra_env),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            preexec_fn=pinned_to(cpus),
+        )
+
+        def read_stderr() -> None:
+            assert rank0.stderr is not None
+            for raw in rank0.stderr:
+                self.lines.append((time.time(), raw.decode(errors="replace").rstrip()))
+
+        self.reader = threading.Thread(target=read_stderr, daemon=True)
+        self.reader.start()
+        return rank0
+
+    def start_sim(self, first: int, count: int, cpus: set[int] | None) -> subprocess.Popen:
+        """A process simulating ranks ``first`` to ``first + count - 1``."""
+        from dask_hpc import plan
+
+        # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
+        needs = plan.scale_needs(
+            self.workers, self.size, self.per_rank, len(os.sched_getaffinity(0)), {}
+        )
+        out = self.tmp / f"sim-{first}.json"
         out.unlink(missing_ok=True)
         argv = [
             sys.executable,
@@ -329,58 +348,118 @@ def run_one(
             "_sim",
             "--first", str(first),
             "--count", str(count),
-            "--size", str(size),
-            "--per-rank", str(per_rank),
-            "--job", job,
-            "--scheduler-file", str(scheduler_file),
-            "--local", str(local),
+            "--size", str(self.size),
+            "--per-rank", str(self.per_rank),
+            "--job", self.job,
+            "--scheduler-file", str(self.scheduler_file),
+            "--local", str(self.local),
             "--out", str(out),
             "--poll-interval", "0.1",
-            "--poll-max-interval", str(poll_max),
+            "--poll-max-interval", str(plan.poll_max_interval(self.size)),
             "--death-timeout", str(needs.start_timeout),
-            "--settled-dir", str(settled),
+            "--settled-dir", str(self.settled),
         ]  # fmt: skip
         with open(out.with_suffix(".err"), "wb") as err:  # a file: a full pipe would block it
-            proc = subprocess.Popen(argv, env=sim_env, stderr=err, preexec_fn=pinned_to(sim_cpus))
-            sims.append((proc, out))
-    ends: dict[int, float] = {}
-    usage: dict[int, resource.struct_rusage] = {}
+            proc = subprocess.Popen(
+                argv, env={**self.env, **SIM_CONFIG, **needs.env}, stderr=err,
+                preexec_fn=pinned_to(cpus),
+            )  # fmt: skip
+        self.sims.append((proc, out))
+        return proc
 
-    def reap(pid: int) -> None:
-        _, status, ru = os.wait4(pid, 0)
-        ends[pid] = time.time()
-        usage[pid] = ru
+    def procs(self) -> list[subprocess.Popen]:
+        return [p for p in [self.rank0, *(s for s, _ in self.sims)] if p is not None]
 
-    reapers = [threading.Thread(target=reap, args=(p.pid,)) for p in [rank0, *(s for s, _ in sims)]]
-    for t in reapers:
-        t.start()
-    deadline = time.monotonic() + timeout
-    for t in reapers:
-        t.join(max(0.0, deadline - time.monotonic()))
-    if any(t.is_alive() for t in reapers):
-        for p in [rank0, *(s for s, _ in sims)]:
-            if p.pid not in ends:
-                p.kill()
+    def reap(self, timeout: float) -> tuple[dict[int, float], dict[int, resource.struct_rusage]]:
+        """Wait for every process (at most ``timeout`` s: then kill them all and raise); when
+        each ended, and its resource usage."""
+        ends: dict[int, float] = {}
+        usage: dict[int, resource.struct_rusage] = {}
+
+        def reap(pid: int) -> None:
+            _, status, ru = os.wait4(pid, 0)
+            ends[pid] = time.time()
+            usage[pid] = ru
+
+        procs = self.procs()
+        reapers = [threading.Thread(target=reap, args=(p.pid,)) for p in procs]
         for t in reapers:
-            t.join()
-        errs = [out.with_suffix(".err").read_text(errors="replace")[-1500:] for _, out in sims]
-        raise RuntimeError(
-            f"W={workers}: not done within {timeout:g} s:\n" + dump(lines) + "\n".join(errs[:1])
-        )
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in reapers:
+            t.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in reapers):
+            for p in procs:
+                if p.pid not in ends:
+                    os.kill(p.pid, signal.SIGCONT)  # a stopped one too
+                    p.kill()
+            for t in reapers:
+                t.join()
+            errs = [out.with_suffix(".err").read_text(errors="replace")[-1500:]
+                    for _, out in self.sims]  # fmt: skip
+            raise RuntimeError(f"W={self.workers}: not done within {timeout:g} s:\n"
+                               + dump(self.lines) + "\n".join(errs[:1]))  # fmt: skip
+        if self.reader is not None:
+            self.reader.join()
+        for p in procs:
+            p.returncode = 0  # reaped above
+        return ends, usage
+
+    def sim_stats(self, skip: Collection[subprocess.Popen] = ()) -> list[dict]:
+        """What each simulator (but those in ``skip``: killed ones write nothing) wrote."""
+        stats = []
+        for proc, out in self.sims:
+            if proc in skip:
+                continue
+            err = out.with_suffix(".err").read_text(errors="replace")
+            if not out.exists():
+                raise RuntimeError(f"a simulator wrote nothing:\n{err[-3000:]}")
+            stats.append(json.loads(out.read_text()))
+            if stats[-1]["errors"]:
+                raise RuntimeError(f"simulated ranks failed: {stats[-1]['errors']}\n{err[-2000:]}")
+        return stats
+
+    def ready_at(self) -> float | None:
+        """When rank 0 said that every worker is connected."""
+        return next((t for t, line in self.lines if "Dask cluster ready" in line), None)
+
+
+def run_one(
+    workers: int, per_rank: int, tmp: Path, timeout: float, settle: bool, pin: bool
+) -> dict:
+    launch = Launch(workers, per_rank, tmp)
+    size = launch.size
+    firsts = range(1, size, RANKS_PER_SIM)
+    stamp = tmp / "command-exit"
+    stamp.unlink(missing_ok=True)
+    probe = tmp / "probe.json"
+    probe.unlink(missing_ok=True)
+    probe_env = {
+        "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
+        "SCALE_PROBE_OUT": str(probe),
+    }
+    command = [
+        "sh",
+        "-c",
+        # The job: it ends at once, or (settle) once every simulated worker has sent its first
+        # heartbeat, i.e. after Dask's heartbeat-connection wave that follows every start.
+        (f"until [ $(ls {launch.settled} | wc -l) -ge {len(firsts)} ]; do sleep 0.05; done; "
+         if settle else "") + f"date +%s.%N > {stamp}",
+    ]  # fmt: skip
+    start = time.time()
+    rank0_cpus, sim_cpus = split_cpus(pin)
+    rank0 = launch.start_rank0(command, probe_env, rank0_cpus)
+    watch = Rank0Watch(rank0.pid)
+    watch.start()
+    for first in firsts:
+        launch.start_sim(first, min(RANKS_PER_SIM, size - first), sim_cpus)
+    sims = launch.sims
+    lines = launch.lines
+    ends, usage = launch.reap(timeout)
     watch.done.set()
     watch.join()
-    reader.join()
-    for p in [rank0, *(s for s, _ in sims)]:
-        p.returncode = 0  # reaped above
-    sim_stats = []
-    for _, out in sims:
-        err = out.with_suffix(".err").read_text(errors="replace")
-        if not out.exists():
-            raise RuntimeError(f"a simulator wrote nothing:\n{err[-3000:]}")
-        sim_stats.append(json.loads(out.read_text()))
-        if sim_stats[-1]["errors"]:
-            raise RuntimeError(f"simulated ranks failed: {sim_stats[-1]['errors']}\n{err[-2000:]}")
-    ready = next((t for t, line in lines if "Dask cluster ready" in line), None)
+    sim_stats = launch.sim_stats()
+    ready = launch.ready_at()
     if ready is None or not stamp.exists():
         raise RuntimeError(f"W={workers}: the cluster never became ready:\n" + dump(lines))
     command_exit = float(stamp.read_text())

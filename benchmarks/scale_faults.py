@@ -1,0 +1,607 @@
+"""Faults at scale: a tenth of the ranks killed mid-computation, and ranks stuck at the roll call.
+
+The cluster is benchmarks/scale.py's (imported, not copied): rank 0 is the real
+``start-cluster`` (scheduler, roll call, TLS, its own Nanny and worker, COMMAND) told by an
+emulated Open MPI environment that it is rank 0 of N ranks; the other ranks are simulated, up
+to 250 per process, each with start-cluster's own worker class on a shared event loop. Here
+the simulator processes are sized so that whole processes make up the fault: a lost node is
+SIGKILL of the processes holding its ranks (their connections break, as the kernel closes
+them), a stuck node is SIGSTOP of them. COMMAND is a Dask client (``_job`` below) that runs
+many short tasks on every worker and checks each task's result.
+
+    PYTHONPATH=src python benchmarks/scale_faults.py [--workers 1000] [--scenario both]
+        [--kill-fraction 0.1] [--stuck-fraction 0.01] [--stall 10] [--hang-fraction 0.01]
+        [--tasks-per-worker 5] [--task-seconds 1] [--no-pin]
+
+The scenarios, each a run of its own (``both``: kill, then stuck):
+
+- ``kill``: once every worker has sent its first heartbeat and a fifth of the computation's
+  tasks are done, the processes holding 10% of the ranks (in blocks of at most 25 ranks, spread
+  over the ranks) are SIGKILLed; the computation must finish with every task's result right,
+  and the scheduler must remove exactly the lost workers.
+- ``stuck``: 1% of the ranks (one process) are SIGSTOPped as they start, before they read the
+  scheduler file or join the roll call, and SIGCONTed ``--stall`` seconds after every other
+  worker has sent its first heartbeat; then the same computation, with no fault.
+- ``hang`` (only when named: it takes minutes): as ``kill``, but SIGSTOP of 1% of the ranks, a
+  node that hangs with its connections open; Dask removes such a worker once it has missed
+  heartbeats for ``distributed.scheduler.worker-ttl`` (start-cluster: at least 5 minutes).
+
+What is measured, at the scheduler, by a preload (``benchmarks/scheduler_probe.py``,
+``FaultWatch``): every worker removal (when, which worker, why Dask removed it), the event
+loop's stalls (a callback due every 10 ms notes how late it runs, and how much CPU the
+scheduler's thread and process used meanwhile: a loop busy with its own work, or a process that
+got no CPU on a busy machine), and Dask's own "Event loop was unresponsive in Scheduler"
+messages (``distributed.admin.tick``, its limit set to 1 s here); where the loop was while
+late (its stack, sampled), the garbage collector's passes, the connections it accepted, and
+the CPU of Dask's ``remove_worker``. On a shared machine a stall's wall-clock length is mostly
+the machine (rank 0 waiting for a CPU); the CPU its loop used in it is its own work (though
+events that piled up meanwhile make that turn longer too). The table puts the goals of issue
+19 next to the numbers, for the fault's window and for the whole run: loss detected within
+10 s, no loop stall over 1 s, zero healthy workers dropped, the result right.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+from scale import RANKS_PER_SIM, REPO, SRC, Launch, dump, split_cpus
+
+BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
+# Launch -> all connected; -> every worker's first heartbeat sent (Dask opens a second TLS
+# connection per worker for it) and the computation submitted; the computation; the fault ->
+# every lost worker removed (+0.5 s), or SIGCONT -> all connected; COMMAND's exit -> all gone.
+PHASES = ("start", "heartbeats", "job", "fault", "shutdown")
+
+
+def layout(size: int, special: int, role: str) -> list[tuple[int, int, str]]:
+    """Simulator processes for ranks 1 to ``size - 1``: (first rank, count, role).
+
+    ``special`` ranks make up processes of their own with ``role``, in blocks of at most
+    ``BLOCK`` spread evenly over the ranks; the others are "healthy", up to 250 a process.
+    """
+    blocks = math.ceil(special / BLOCK) if special else 0
+    counts = [special // blocks + (i < special % blocks) for i in range(blocks)] if blocks else []
+    segments = max(1, blocks)
+    bounds = [1 + (size - 1) * i // segments for i in range(segments + 1)]
+    procs: list[tuple[int, int, str]] = []
+    for i in range(segments):
+        first, end = bounds[i], bounds[i + 1]
+        if i < len(counts):
+            procs.append((first, counts[i], role))
+            first += counts[i]
+        while first < end:
+            count = min(RANKS_PER_SIM, end - first)
+            procs.append((first, count, "healthy"))
+            first += count
+    return procs
+
+
+def worker_names(first: int, count: int, per_rank: int) -> set[str]:
+    """The names the simulated ranks give their workers (as ``scale.sim_rank`` does)."""
+    ranks = range(first, first + count)
+    if per_rank == 1:
+        return {str(r) for r in ranks}
+    return {f"{r}-{i}" for r in ranks for i in range(per_rank)}
+
+
+def wait_for(condition, timeout: float, step: float = 0.01) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` s pass (False)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+# ---------------------------------------------------------------------------- the job (COMMAND)
+
+
+def work(i: int, seconds: float) -> int:
+    time.sleep(seconds)
+    return i * i
+
+
+def check(values: list[int]) -> tuple[int, int]:
+    """On a worker: how many results, and how many of them wrong."""
+    return len(values), sum(v != i * i for i, v in enumerate(values))
+
+
+def job_main(args: argparse.Namespace) -> int:
+    """COMMAND: many short tasks on every worker, each result checked; writes JSON to --out."""
+    from distributed import Client
+
+    out: dict = {"error": None}
+    settled = Path(args.settled_dir)
+    if not wait_for(lambda: len(os.listdir(settled)) >= args.sims, args.timeout, 0.05):
+        out["error"] = "the simulated workers never all sent a heartbeat"
+        Path(args.out).write_text(json.dumps(out))
+        return 1
+    client = Client()
+
+    def workers() -> int:
+        return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers))
+
+    out["workers_before"] = workers()
+    tasks = args.tasks_per_worker * out["workers_before"]
+    out["tasks"] = tasks
+    out["started"] = time.time()
+    futures = client.map(work, range(tasks), seconds=args.task_seconds, pure=False)
+    checked = client.submit(check, futures, pure=False)
+    # Running on the workers: a fifth of the tasks done. Then the fault (the benchmark waits
+    # for this file).
+    running = wait_for(lambda: sum(f.done() for f in futures) >= tasks // 5, args.timeout, 0.05)
+    out["go"] = time.time()
+    tmp = Path(args.go + ".tmp")
+    tmp.write_text(str(out["go"]))
+    tmp.rename(args.go)
+    try:
+        if not running:
+            raise TimeoutError("a fifth of the tasks were not done in time")
+        # Every result is checked on the cluster, by one task that depends on all of them: a
+        # result that a lost worker held is computed again first, as Dask does for any task
+        # that needs it. (A plain client.gather of results spread over W workers has the
+        # scheduler itself open a TLS connection to each of them: at 1,000 workers, seconds of
+        # its event loop spent on handshakes, which is not what this measures.)
+        count, wrong = checked.result(timeout=args.timeout)
+        out["done"] = time.time()
+        out["wrong"] = wrong + (tasks - count)
+    except Exception as error:  # noqa: BLE001 (reported in the table: the result is not right)
+        out["error"] = repr(error)[:300]
+    out["result_ok"] = out["error"] is None and out.get("wrong") == 0
+    # The computation may end before the scheduler removed the last lost worker: wait for that
+    # (the benchmark measures it at the scheduler), so COMMAND's exit starts the shutdown after.
+    expected = out["workers_before"] - args.lost
+    wait_for(lambda: workers() <= expected, args.timeout, 0.1)
+    out["workers_after"] = workers()
+    out["end"] = time.time()
+    client.close()
+    Path(args.out).write_text(json.dumps(out))
+    return 0 if out["result_ok"] else 1
+
+
+# ---------------------------------------------------------------------------- the benchmark
+
+
+class Fault(threading.Thread):
+    """Does the scenario's fault while the cluster runs, noting when."""
+
+    def __init__(self, scenario: str, launch: Launch, special: list[subprocess.Popen], go: Path,
+                 job_out: Path, others: int, opts: argparse.Namespace,
+                 timeout: float) -> None:  # fmt: skip
+        super().__init__(daemon=True)
+        self.scenario, self.launch, self.special = scenario, launch, special
+        self.go, self.job_out, self.others, self.opts = go, job_out, others, opts
+        self.timeout = timeout
+        self.at: dict[str, float] = {}
+        self.problem: str | None = None
+
+    def ended(self) -> bool:
+        return self.launch.rank0 is not None and self.launch.rank0.poll() is not None
+
+    def run(self) -> None:
+        timeout = self.timeout
+        if self.scenario in ("kill", "hang"):
+            if not wait_for(lambda: self.go.exists() or self.ended(), timeout):
+                self.problem = "the computation never got going"
+            if not self.go.exists():
+                self.problem = self.problem or "COMMAND ended before the fault"
+                return
+            self.at["fault"] = time.time()
+            for proc in self.special:
+                # SIGKILL: every connection of these ranks breaks at once. SIGSTOP: they stay
+                # open (the kernel still answers), the workers just stop: a hung node.
+                os.kill(proc.pid, signal.SIGKILL if self.scenario == "kill" else signal.SIGSTOP)
+            if self.scenario == "hang":  # until COMMAND is done (it waits for their removal)
+                wait_for(lambda: self.job_out.exists() or self.ended(), timeout, 0.1)
+                self.at["cont"] = time.time()
+                for proc in self.special:
+                    with contextlib.suppress(ProcessLookupError):  # reaped after a timeout
+                        os.kill(proc.pid, signal.SIGCONT)
+            return
+        # stuck: the others have all sent a heartbeat (one file per simulator), then the stall
+        settled = self.launch.settled
+        if not wait_for(lambda: len(os.listdir(settled)) >= self.others or self.ended(), timeout):
+            self.problem = "the other ranks never all connected"
+        self.at["others_settled"] = time.time()
+        threading.Event().wait(self.opts.stall)  # the fault itself: the ranks stay stopped
+        self.at["cont"] = time.time()
+        for proc in self.special:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGCONT)
+
+
+def kind(line: str) -> str:
+    """A log line without its time, addresses, numbers and details: what kind of line it is."""
+    if line.startswith("start-cluster: "):  # start-cluster's own: whole
+        line = line.removeprefix("start-cluster: ")
+    else:  # a Dask log record: its message, up to its details
+        line = line.split(" - ", 3)[-1] if " - " in line else line
+        line = re.sub(r"'?tls://[\d.:]+'?", "ADDRESS", line)
+        line = re.split(r": |\{", line, maxsplit=1)[0]
+    return re.sub(r"\d+(\.\d+)?", "N", line)[:100]
+
+
+def phase_of(t: float, marks: dict) -> str:
+    """Which of ``PHASES`` the time ``t`` falls in."""
+    fault = marks["fault"]
+    if fault and fault[0] <= t <= fault[1]:
+        return "fault"
+    if t < marks["ready"]:
+        return "start"
+    if t >= marks["end"]:
+        return "shutdown"
+    return "heartbeats" if t < marks["submitted"] else "job"
+
+
+def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
+    launch = Launch(opts.workers, opts.per_rank, tmp / scenario)
+    size = launch.size
+    fraction = {"kill": opts.kill_fraction, "stuck": opts.stuck_fraction,
+                "hang": opts.hang_fraction}  # fmt: skip
+    special = max(1, round(fraction[scenario] * size))
+    if special > size - 2:
+        raise SystemExit(f"--workers {opts.workers}: too few ranks for this fault")
+    procs = layout(size, special, scenario)
+    files = launch.tmp
+    go, job_out, faults = files / "go", files / "job.json", files / "faults.json"
+    for f in (go, job_out, faults):
+        f.unlink(missing_ok=True)
+    special_names: set[str] = set()
+    for first, count, role in procs:
+        if role == scenario:
+            special_names |= worker_names(first, count, opts.per_rank)
+    lost = len(special_names) if scenario in ("kill", "hang") else 0
+    timeout = opts.timeout
+    if scenario == "hang":  # Dask checks every worker-ttl seconds: removed within 2 x ttl
+        from dask_hpc import plan
+
+        ttl = plan.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
+        timeout += 2 * ttl + 60
+    command = [
+        sys.executable, __file__, "_job",
+        "--settled-dir", str(launch.settled),
+        "--sims", str(len(procs)),
+        "--tasks-per-worker", str(opts.tasks_per_worker),
+        "--task-seconds", str(opts.task_seconds),
+        "--go", str(go),
+        "--lost", str(lost),
+        "--out", str(job_out),
+        "--timeout", str(timeout),
+    ]  # fmt: skip
+    probe_env = {
+        "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
+        "SCALE_PROBE_OUT": str(files / "probe.json"),
+        "SCALE_FAULTS_OUT": str(faults),
+        "DASK_DISTRIBUTED__ADMIN__TICK__LIMIT": "1s",  # Dask's warning threshold: the goal
+    }
+    rank0_cpus, sim_cpus = split_cpus(opts.pin)
+    load_start = os.getloadavg()[0]
+    start = time.time()
+    launch.start_rank0(command, probe_env, rank0_cpus)
+    special_procs = []
+    for first, count, role in procs:
+        proc = launch.start_sim(first, count, sim_cpus)
+        if role == scenario:
+            special_procs.append(proc)
+            if scenario == "stuck":
+                os.kill(proc.pid, signal.SIGSTOP)  # before it has even imported Dask
+    stopped = time.time()
+    fault = Fault(scenario, launch, special_procs, go, job_out, len(procs) - len(special_procs),
+                  opts, timeout)
+    fault.start()
+    try:
+        ends, _ = launch.reap(timeout)
+    except RuntimeError as error:
+        ready = launch.ready_at()
+        got = f"all connected after {ready - start:.1f} s" if ready else "never all connected"
+        done = ", ".join(f"{what} at {t - start:.1f} s" for what, t in fault.at.items())
+        raise RuntimeError(f"{scenario}: {got}; {done or 'no fault yet'}: {error}") from None
+    fault.join()
+    launch.sim_stats(skip=special_procs if scenario == "kill" else ())
+    ready = launch.ready_at()
+    if ready is None:
+        raise RuntimeError(f"{scenario}: the cluster never became ready:\n" + dump(launch.lines))
+    job = json.loads(job_out.read_text()) if job_out.exists() else {"error": "no job output"}
+    if not faults.exists():
+        raise RuntimeError(f"{scenario}: the scheduler's probe wrote nothing:\n"
+                           + dump(launch.lines))  # fmt: skip
+    probe = json.loads(faults.read_text())
+    exited = next((t for t, line in launch.lines if "command exited" in line), None)
+    end = exited or max(ends.values())  # removals from then on are the cluster's shutdown
+    kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
+    before_end = [r for r in probe["removals"] if r[0] < end]
+    gone = [(t, why) for t, name, why, _ in before_end if name in special_names]
+    healthy_dropped = [name for _, name, _, _ in before_end if name not in special_names]
+    cpu_at = [cpu for _, name, _, cpu in before_end if name in special_names]
+    removal_ms = 1000 * (cpu_at[-1] - cpu_at[0]) / (len(cpu_at) - 1) if len(cpu_at) > 1 else None
+    in_remove = [cpu for t, cpu in probe["removals_cpu"]
+                 if kill is not None and kill <= t < end]  # fmt: skip
+    whys: dict[str, int] = {}
+    for _, why in gone:
+        whys[why] = whys.get(why, 0) + 1
+    fault_window = None
+    if kill is not None:
+        fault_window = (kill, max([t for t, _ in gone], default=kill) + 0.5)
+    elif "cont" in fault.at:  # stuck
+        fault_window = (fault.at["cont"], ready)
+    marks = {"ready": ready, "end": end, "fault": fault_window,
+             "submitted": job.get("started", end)}  # fmt: skip
+    longest = {p: 0.0 for p in PHASES}
+    stalls = []  # (seconds late, the loop thread's CPU in it, the process's, phase, when)
+    for t, late, thread_cpu, process_cpu in probe["stalls"]:
+        phase = phase_of(t, marks)
+        longest[phase] = max(longest[phase], late)
+        stalls.append((late, thread_cpu, process_cpu, phase, t - start))
+    by_phase: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
+    for t, where in probe["stacks"]:
+        by_phase[phase_of(t, marks)][where] += 1
+    stacks = {p: [(n, where) for where, n in c.most_common(3)] for p, c in by_phase.items() if c}
+    stacks = {p: (sum(by_phase[p].values()), top) for p, top in stacks.items()}
+    worst = max(stalls, default=None)
+    busiest = max(stalls, key=lambda s: s[1], default=None)  # most of the loop's own work
+    busiest_by_phase = {p: 0.0 for p in PHASES}  # the most loop-thread CPU in a stall
+    for _, thread_cpu, _, phase, _ in stalls:
+        busiest_by_phase[phase] = max(busiest_by_phase[phase], thread_cpu)
+    said = [line for t, line in launch.lines if kill is not None and kill <= t < end]
+    own = [line for line in said if line.startswith("start-cluster")]
+    said = own + [line for line in said if not line.startswith("start-cluster")]
+    progress = [line for t, line in launch.lines
+                if scenario == "stuck" and stopped <= t < fault.at.get("cont", 0)]  # fmt: skip
+    expected_after = opts.workers - lost
+    return {
+        "scenario": scenario,
+        "workers": opts.workers,
+        "ranks": size,
+        "special": special,
+        "special_procs": len(special_procs),
+        "special_workers": len(special_names),
+        "problem": fault.problem,
+        "start_s": ready - start,
+        "cont_to_ready_s": ready - fault.at["cont"] if scenario == "stuck" else None,
+        "stalled_s": fault.at["cont"] - stopped if scenario == "stuck" else None,
+        "first_removed_s": min(t for t, _ in gone) - kill if kill and gone else None,
+        "all_removed_s": max(t for t, _ in gone) - kill if kill and gone else None,
+        "removed": len(gone),
+        "removal_ms": removal_ms,
+        "in_remove_ms": 1000 * sum(in_remove) / len(in_remove) if in_remove else None,
+        "in_remove_max_ms": 1000 * max(in_remove, default=0.0),
+        "whys": whys,
+        "healthy_dropped": len(healthy_dropped),
+        "healthy_dropped_names": healthy_dropped[:10],
+        "workers_after": job.get("workers_after"),
+        "expected_after": expected_after,
+        "tasks": job.get("tasks"),
+        "result_ok": bool(job.get("result_ok")),
+        "job_error": job.get("error"),
+        "kill_to_done_s": job["done"] - kill if kill and "done" in job else None,
+        "job_s": (job["done"] - job["started"]) if "done" in job else None,
+        "longest_stall_s": probe["longest"],
+        "longest_stall": worst,
+        "busiest_stall": busiest,
+        "stalls_over_1s": sum(1 for s in stalls if s[0] > 1),
+        "stalls": sorted(stalls, reverse=True)[:20],
+        "stall_stacks": stacks,
+        "accepted": {p: sum(1 for t in probe["accepted"] if phase_of(t, marks) == p)
+                     for p in PHASES},  # fmt: skip
+        "gc": probe["gc"],
+        "stall_by_phase": longest,
+        "busiest_by_phase": busiest_by_phase,
+        "dask_ticks": len(probe["dask_ticks"]),
+        "dask_longest_tick_s": max((s for _, s in probe["dask_ticks"]), default=0.0),
+        "rank0_said": said[:5],
+        "rank0_said_kinds": Counter(kind(line) for line in said).most_common(5),
+        "rank0_said_lines": len(said),
+        "rank0_own_lines": len(own),
+        "progress_while_stuck": progress[-3:],
+        "lines_while_stuck": len(progress),
+        "stall": opts.stall,
+        "load_start": load_start,
+        "load": os.getloadavg()[0],
+    }
+
+
+def cell(value, fmt: str = "{:.2f}") -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def stall_cell(seconds: float) -> str:
+    """A stall's seconds; the probe keeps only those of 0.1 s or more."""
+    return f"{seconds:.2f}" if seconds else "< 0.10"
+
+
+def stall_cpu(stall: tuple | None) -> str:
+    if stall is None:
+        return "none over 0.1 s"
+    late, thread_cpu, process_cpu, phase, _ = stall
+    return f"{phase}; {thread_cpu:.2f}, {process_cpu:.2f}"
+
+
+def report(results: list[dict]) -> None:
+    first = results[0]
+    print(f"\nFaults at scale, {os.cpu_count()} CPUs, TLS on, W = {first['workers']} workers "
+          f"on {first['ranks']} ranks (rank 0 real, the others simulated); COMMAND runs "
+          f"{first['tasks']} tasks and checks each result")  # fmt: skip
+    titles = {
+        "kill": "{special} ranks killed (SIGKILL of {special_procs} processes) mid-computation",
+        "hang": "{special} ranks hung (SIGSTOP of {special_procs} processes) mid-computation",
+        "stuck": "{special} rank(s) stopped (SIGSTOP) at launch, before the roll call, for "
+                 "{stalled:.0f} s ({stall:g} s after the others connected)",
+    }
+    heads = [titles[r["scenario"]].format(stalled=r["stalled_s"] or 0, **r) for r in results]
+    print("| | " + " | ".join(heads) + " |")
+    print("|---" * (len(results) + 1) + "|")
+    rows = [
+        ("launch -> all connected (s)", lambda r: cell(r["start_s"])),
+        ("SIGCONT -> all connected (s)", lambda r: cell(r["cont_to_ready_s"])),
+        ("fault -> first lost worker removed (s)", lambda r: cell(r["first_removed_s"])),
+        ("fault -> every lost worker removed (s)", lambda r: cell(r["all_removed_s"])),
+        ("lost workers removed", lambda r: f"{r['removed']}/{r['special_workers']}"
+         if r["scenario"] != "stuck" else "–"),  # fmt: skip
+        ("scheduler loop CPU, first to last removal, per lost worker (ms; the job's too)",
+         lambda r: cell(r["removal_ms"], "{:.1f}")),
+        ("  in Dask's remove_worker: mean; longest call (ms)", lambda r:
+         f"{r['in_remove_ms']:.1f}; {r['in_remove_max_ms']:.1f}" if r["in_remove_ms"] else "–"),
+        ("why the scheduler removed them", lambda r: ", ".join(
+            f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–"),  # fmt: skip
+        ("healthy workers removed before COMMAND's end", lambda r: str(r["healthy_dropped"])),
+        ("workers at the end / expected", lambda r: f"{r['workers_after']}/{r['expected_after']}"),
+        ("result right (every task's value)", lambda r: "yes" if r["result_ok"] else
+         f"NO ({r['job_error'] or 'wrong values'})"),  # fmt: skip
+        ("computation: submit -> all done (s)", lambda r: cell(r["job_s"])),
+        ("fault -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
+        ("longest scheduler loop stall (s)", lambda r: cell(r["longest_stall_s"])),
+        ("  its phase; CPU in it of the loop's thread, of its process (s)",
+         lambda r: stall_cpu(r["longest_stall"])),
+        ("stall with the most CPU of the loop's thread (s)",
+         lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0])),
+        ("  its phase; CPU in it of the loop's thread, of its process (s)",
+         lambda r: stall_cpu(r["busiest_stall"])),
+        ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
+        *((f"  {p}: longest stall; the most loop CPU in one (s)", lambda r, p=p:
+           f"{r['stall_by_phase'][p]:.2f}; {r['busiest_by_phase'][p]:.2f}"
+           if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
+        ("connections the scheduler accepted: " + ", ".join(PHASES), lambda r:
+         ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
+        ("Dask's tick warnings over 1 s (longest, s)", lambda r:
+         f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
+        ("rank 0's lines, fault -> COMMAND's end: start-cluster's, Dask's", lambda r:
+         f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
+         if r["scenario"] != "stuck" else "–"),
+        ("rank 0's lines while the ranks were stopped", lambda r:
+         str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–"),
+        ("load avg (1 min) at launch, at the end", lambda r:
+         f"{r['load_start']:.1f}, {r['load']:.1f}"),  # fmt: skip
+    ]
+    for label, show in rows:
+        print(f"| {label} | " + " | ".join(show(r) for r in results) + " |")
+    print("\n| goal | scenario | measured | target | met |\n|---|---|---|---|---|")
+    for r in results:
+        goals = []
+        if r["scenario"] != "stuck":
+            t = r["all_removed_s"]
+            goals.append(("loss detected: fault -> every lost worker removed (s)",
+                          cell(t), "<= 10", t is not None and t <= 10
+                          and r["removed"] == r["special_workers"]))  # fmt: skip
+        s, own = r["longest_stall_s"], r["busiest_stall"][1] if r["busiest_stall"] else 0.0
+        during = "fault -> every lost worker removed" if r["scenario"] != "stuck" else \
+            "SIGCONT -> all connected"  # fmt: skip
+        fault_s, fault_own = r["stall_by_phase"]["fault"], r["busiest_by_phase"]["fault"]
+        goals += [
+            (f"longest scheduler loop stall, {during}: wall clock here (s)", stall_cell(fault_s),
+             "<= 1", fault_s <= 1),
+            (f"longest scheduler loop stall, {during}: its loop's own CPU (s)",
+             cell(fault_own) if fault_s else "< 0.10", "<= 1", fault_own <= 1),
+            ("longest scheduler loop stall, whole run: wall clock here (s)", cell(s), "<= 1",
+             s <= 1),
+            ("longest scheduler loop stall, whole run: its loop's own CPU (s)",
+             cell(own) if r["busiest_stall"] else "< 0.10", "<= 1", own <= 1),
+            ("healthy workers dropped", str(r["healthy_dropped"]), "0",
+             r["healthy_dropped"] == 0 and r["workers_after"] == r["expected_after"]),
+            ("result right", "yes" if r["result_ok"] else "no", "yes", r["result_ok"]),
+        ]  # fmt: skip
+        for what, value, target, met in goals:
+            print(f"| {what} | {r['scenario']} | {value} | {target} | {'yes' if met else 'NO'} |")
+    for r in results:
+        if r["rank0_said"]:
+            n = r["rank0_said_lines"]
+            print(f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5, "
+                  "start-cluster's own first):")
+            for line in r["rank0_said"]:
+                print(f"    {line[:200]}")
+            print("  by kind:")
+            for what, n in r["rank0_said_kinds"]:
+                print(f"    {n:4d}  {what}")
+        if r["progress_while_stuck"]:
+            print(f"\n{r['scenario']}: rank 0's last lines while the ranks were stopped "
+                  f"({r['lines_while_stuck']} lines):")
+            for line in r["progress_while_stuck"]:
+                print(f"    {line[:200]}")
+        if r["stall_stacks"]:
+            print(f"\n{r['scenario']}: where the scheduler's loop was while over 0.25 s late "
+                  "(sampled every 50 ms; the 3 most common stacks, innermost first):")
+            for phase, (samples, top) in r["stall_stacks"].items():
+                print(f"  {phase}: {samples} samples")
+                for n, where in top:
+                    print(f"    {n:4d}  {where[:300]}")
+        gen2 = r["gc"].get("2")
+        if gen2:
+            print(f"\n{r['scenario']}: the scheduler's full garbage collections: {gen2[0]:.0f}, "
+                  f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s (its thread's CPU: "
+                  f"{gen2[3]:.2f} s in all, the longest {gen2[4]:.2f} s)")
+        if r["problem"]:
+            print(f"\n{r['scenario']}: {r['problem']}")
+        if r["healthy_dropped_names"]:
+            print(f"\n{r['scenario']}: healthy workers removed: {r['healthy_dropped_names']}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_job":
+        p = argparse.ArgumentParser()
+        for name in ("sims", "tasks-per-worker", "lost"):
+            p.add_argument(f"--{name}", type=int, required=True)
+        for name in ("task-seconds", "timeout"):
+            p.add_argument(f"--{name}", type=float, required=True)
+        for name in ("settled-dir", "go", "out"):
+            p.add_argument(f"--{name}", required=True)
+        return job_main(p.parse_args(sys.argv[2:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, default=1000, help="W, all ranks' workers")
+    parser.add_argument("--per-rank", type=int, default=1, help="workers per simulated rank")
+    parser.add_argument("--scenario", choices=("kill", "stuck", "hang", "both"), default="both",
+                        help="both: kill and stuck; hang (SIGSTOP of --hang-fraction of the "
+                        "ranks mid-computation) runs only when named: Dask removes a hung "
+                        "worker after its worker-ttl, which start-cluster sets to at least "
+                        "5 minutes")  # fmt: skip
+    parser.add_argument("--kill-fraction", type=float, default=0.1, help="of the ranks")
+    parser.add_argument("--stuck-fraction", type=float, default=0.01, help="of the ranks")
+    parser.add_argument("--hang-fraction", type=float, default=0.01, help="of the ranks")
+    parser.add_argument("--stall", type=float, default=10.0,
+                        help="seconds the stuck ranks stay stopped after every other worker "
+                        "has sent its first heartbeat")  # fmt: skip
+    parser.add_argument("--tasks-per-worker", type=int, default=5)
+    parser.add_argument("--task-seconds", type=float, default=1.0)
+    parser.add_argument("--no-pin", dest="pin", action="store_false",
+                        help="rank 0 and the simulated ranks share every CPU (by default rank "
+                        "0 has the first CPU to itself and the simulators the others)")  # fmt: skip
+    parser.add_argument("--timeout", type=float, default=600, help="seconds per scenario")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args()
+    if opts.workers % opts.per_rank or opts.workers // opts.per_rank < 4:
+        parser.error("--workers must be a multiple of --per-rank, with at least 4 ranks")
+    sys.path.insert(0, str(SRC))
+    tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-faults-"))
+    scenarios = ["kill", "stuck"] if opts.scenario == "both" else [opts.scenario]
+    results = []
+    try:
+        for scenario in scenarios:
+            r = run_scenario(scenario, opts, tmp)
+            results.append(r)
+            print(f"  measured {scenario} at W={opts.workers}: start {r['start_s']:.1f} s, "
+                  f"removed {r['removed']}, longest stall {r['longest_stall_s']:.2f} s, "
+                  f"result {'right' if r['result_ok'] else 'WRONG'}, load {r['load']:.1f}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
