@@ -135,10 +135,8 @@ def job(
     output: str = "",
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
-    from dask_hpc_deploy.jobscript import JobRequest, render
-    from dask_hpc_deploy.targets import load_target
+    from dask_hpc.batch.script import JobRequest, render
 
-    target = load_target(site)
     req = JobRequest(
         site=site,
         nodes=_count("nodes", nodes),
@@ -152,7 +150,7 @@ def job(
         job_name=job_name,
         output=log or None,
     )
-    text = render(req, target)
+    text = render(req)
     if output:
         Path(output).write_text(text)
         Path(output).chmod(0o755)
