@@ -76,6 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="start only workers, joining the cluster of SCHEDULER_FILE",
     )
     where.add_argument(
+        "--name-prefix",
+        metavar="PREFIX",
+        help="with --join: name the workers PREFIX-RANK[-I] (default join-LAUNCH_ID), so that "
+        "whoever submitted this job knows its workers",
+    )
+    where.add_argument(
         "--timeout",
         type=positive_float,
         help="seconds to wait for the scheduler and every worker (default 300, more for "
