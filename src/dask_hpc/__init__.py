@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "connect"]
+__all__ = ["HPCCluster", "__version__", "connect"]
 
 
 def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
@@ -12,3 +12,12 @@ def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
     from .connection import connect as _connect
 
     return _connect(scheduler_file, **kwargs)
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    """``dask_hpc.HPCCluster``, imported when first used (a rank never imports it)."""
+    if name == "HPCCluster":
+        from .elastic import HPCCluster
+
+        return HPCCluster
+    raise AttributeError(f"module 'dask_hpc' has no attribute {name!r}")

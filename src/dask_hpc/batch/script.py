@@ -162,6 +162,8 @@ def render(req: JobRequest) -> str:
     if name == "none":
         raise UsageError(f"site {site.name} has no batch system", "start-cluster runs directly")
     system = system_table(name)
+    # The site's own batch lines are for its own batch system (not for one asked instead).
+    own = site if name == site.batch_system else load_site("generic")
     if req.nodes < 1:
         raise UsageError(f"--nodes must be at least 1, not {req.nodes}")
     if not req.command and not req.cluster_args and req.program is None:
@@ -185,10 +187,10 @@ def render(req: JobRequest) -> str:
     if req.account:
         lines += directive(system["account"], req.account)
     if req.queue:
-        lines += directive(site.batch_queue or system["queue"], req.queue)  # e.g. a QOS
+        lines += directive(own.batch_queue or system["queue"], req.queue)  # e.g. a QOS
     lines += directive(system["output"], req.output or system["default_output"])
-    lines += [system["directive"].format(d) for d in (*site.batch_directives, *req.directives)]
-    setup = [*site.batch_setup, *req.setup]
+    lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
+    setup = [*own.batch_setup, *req.setup]
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
 
     if req.program is not None:  # one process on the job's first node
