@@ -64,9 +64,11 @@ class BatchSystem:
     def cancel_argv(self, ids: Sequence[str]) -> list[str]:
         return self._argv(self.row["cancel"], ids)
 
-    def parse_status(self, stdout: str, stderr: str, returncode: int) -> dict[str, str] | None:
-        """Job id -> the batch system's state for each job listed; None when the command failed
-        for another reason than jobs it no longer knows (try again later)."""
+    def parse_status(
+        self, stdout: str, stderr: str, returncode: int
+    ) -> dict[str, tuple[str, str]] | None:
+        """Job id -> (the batch system's state, why it waits, if said) for each job listed;
+        None when the command failed for another reason than jobs it no longer knows."""
         unknown = self.row.get("status_unknown")
         if returncode != 0 and not (unknown and unknown in stderr) and not stdout.strip():
             return None
@@ -80,13 +82,21 @@ class BatchSystem:
             *path, key = self.row["status_json"]
             for part in path:
                 node = (node or {}).get(part) or {}
-            return {str(jid): str(info.get(key, "")) for jid, info in node.items()}
+            return {
+                str(jid): (str(info.get(key, "")), str(info.get("comment", "")))
+                for jid, info in node.items()
+            }
         states = {}
         for line in stdout.splitlines():
             match = re.match(self.row["status_line"], line)
             if match:
-                states[match.group("id")] = match.group("state")
+                reason = match.groupdict().get("reason") or ""
+                states[match.group("id")] = (match.group("state"), reason)
         return states
+
+    def never_starts(self, reason: str) -> bool:
+        """Whether a job waits for a reason that never passes (a limit it breaks)."""
+        return bool(reason) and reason in (self.row.get("never_starts") or ())
 
     def category(self, state: str | None) -> State:
         """queued, running or ended (a state the table does not list is an end)."""

@@ -357,8 +357,8 @@ class HPCCluster(Cluster):
                 next_poll = now + self.poll_interval
                 states = await self._batch.states([job.job_id])
                 if states is not None:
-                    state = states.get(job.job_id)
-                    category = self._batch.system.category(state) if state else "ended"
+                    listed = states.get(job.job_id)
+                    category = self._batch.system.category(listed[0]) if listed else "ended"
                     if category == "ended":
                         job.state = "ended"
                         raise UsageError(
@@ -368,6 +368,12 @@ class HPCCluster(Cluster):
                         )
                     if category == "running" and job.started_at is None:
                         job.started_at = now
+                    if listed and self._batch.system.never_starts(listed[1]):
+                        raise UsageError(
+                            f"the scheduler's job {job.job_id} is held for {listed[1]}, a limit "
+                            "it breaks: the batch system will never start it",
+                            "ask for another queue, walltime or account",
+                        )
                     if category == "queued" and not said_queued:
                         said_queued = True
                         self._say(f"waiting for the scheduler's job {job.job_id} in the queue")
@@ -449,15 +455,18 @@ class HPCCluster(Cluster):
         if states is None:
             return
         now = time.monotonic()
+        never = []
         for job in live:
-            state = states.get(job.job_id)  # type: ignore[arg-type]
-            if state is None:
+            listed = states.get(job.job_id)  # type: ignore[arg-type]
+            if listed is None:
                 job.missing += 1  # not listed yet (just submitted), or gone
                 category = "ended" if job.missing >= 2 else job.state
             else:
                 job.missing = 0
-                job.batch_state = state
-                category = self._batch.system.category(state)
+                job.batch_state, reason = listed
+                category = self._batch.system.category(job.batch_state)
+                if category == "queued" and self._batch.system.never_starts(reason):
+                    never.append((job, reason))
             if category == "ended":
                 self._job_ended(job)
                 continue
@@ -467,6 +476,10 @@ class HPCCluster(Cluster):
                     job.started_at = now
                 if not job.workers and job.empty_since is None:
                     job.empty_since = now
+        for job, reason in never:
+            if not job.cancelled:
+                self._failed(job, f"is held for {reason}", never=True)
+                await self._cancel([job])
         for job in list(self.jobs.values()):
             if job.state != "running" or job.workers or job.cancelled:
                 continue
@@ -484,17 +497,24 @@ class HPCCluster(Cluster):
         if not job.cancelled and not job.ever_connected:
             self._failed(job, f"ended ({job.batch_state or 'gone'})")
 
-    def _failed(self, job: Job, how: str) -> None:
+    def _failed(self, job: Job, how: str, never: bool = False) -> None:
         """A job that never connected a worker: say so; a pool that never worked, or that
-        failed max-failures times in a row, submits no more."""
+        failed max-failures times in a row, or whose job can never start, submits no more."""
         pool = self.pools[job.pool]
         pool.failures += 1
-        message = (
-            f"job {job.job_id} ({job.name}) {how} before any worker connected: {job.log_tail()}"
-        )
+        if never:
+            message = (
+                f"job {job.job_id} ({job.name}) {how}, a limit it breaks: the batch system "
+                "will never start it"
+            )
+        else:
+            message = (
+                f"job {job.job_id} ({job.name}) {how} before any worker connected: "
+                f"{job.log_tail()}"
+            )
         if pool.broken:
             return
-        if not pool.ever_connected or pool.failures >= self.max_failures:
+        if never or not pool.ever_connected or pool.failures >= self.max_failures:
             self._break(pool, message)
         else:
             self._say(f"warning: {message}")
@@ -796,8 +816,8 @@ class HPCCluster(Cluster):
             states = await self._batch.states([j.job_id for j in live])  # type: ignore[misc]
             if states is not None:
                 for job in live:
-                    state = states.get(job.job_id)  # type: ignore[arg-type]
-                    if state is None or self._batch.system.category(state) == "ended":
+                    listed = states.get(job.job_id)  # type: ignore[arg-type]
+                    if listed is None or self._batch.system.category(listed[0]) == "ended":
                         job.state = "ended"
                         self.jobs.pop(job.name, None)
             await asyncio.sleep(0.5)

@@ -101,8 +101,8 @@ class BatchClient:
             raise UsageError(f"{argv[0]} refused job {job.name}: {said}", f"see {path}")
         return job_id
 
-    async def states(self, ids: Sequence[str]) -> dict[str, str] | None:
-        """The batch system's state of each job it lists (None: could not read them now)."""
+    async def states(self, ids: Sequence[str]) -> dict[str, tuple[str, str]] | None:
+        """(state, reason) of each job the batch system lists (None: cannot read them now)."""
         if not ids:
             return {}
         code, out, err = await run(self.system.status_argv(ids))
