@@ -73,3 +73,17 @@ def make_cluster(elastic_env: Path) -> Iterator[Callable[..., HPCCluster]]:
     for cluster in made:
         cluster.close()
 
+
+
+@pytest.fixture
+def emulator_env(
+    tagged_env: dict[str, str], elastic_slurm: SlurmCluster, tmp_path: Path
+) -> dict[str, str]:
+    """A login node's environment with the EMULATED PBS Pro and LSF commands on PATH."""
+    from harness.batch_emulation import BIN
+
+    env = {k: v for k, v in tagged_env.items() if not k.startswith("SLURM_")}
+    env.update(elastic_slurm.env)
+    env["PATH"] = f"{BIN / 'pbs'}:{BIN / 'lsf'}:{env['PATH']}"
+    env["DASK_HPC_EMU_SPOOL"] = str(tmp_path / "emu")
+    return env
