@@ -87,3 +87,14 @@ def emulator_env(
     env["PATH"] = f"{BIN / 'pbs'}:{BIN / 'lsf'}:{env['PATH']}"
     env["DASK_HPC_EMU_SPOOL"] = str(tmp_path / "emu")
     return env
+
+
+@pytest.fixture
+def shell_env(tagged_env: dict[str, str], elastic_slurm: SlurmCluster, tmp_path: Path) -> dict:
+    """The environment of a shell on a login node of the test Slurm (hpc-cluster's tests)."""
+    env = {k: v for k, v in tagged_env.items() if not k.startswith("SLURM_")}
+    env.update(elastic_slurm.env)
+    env["DASK_HPC__SCHEDULER_DIRECTORY"] = str(tmp_path / "shared")
+    env["DASK_HPC__CLUSTER__POLL_INTERVAL"] = "0.5"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env

@@ -27,6 +27,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 import weakref
 from collections import deque
@@ -107,13 +108,100 @@ class HPCCluster(Cluster):
         loop: Any = None,
         quiet: bool = False,
     ) -> None:
-        # Everything is checked before anything starts or is submitted.
+        self._settle(
+            kind=kind,
+            workers_per_node=workers_per_node,
+            nodes_per_job=nodes_per_job,
+            site=site,
+            account=account,
+            queue=queue,
+            walltime=walltime,
+            image=image,
+            launcher=launcher,
+            batch_system=batch_system,
+            scheduler=scheduler,
+            scheduler_walltime=scheduler_walltime,
+            pool=pool,
+            job_directives=job_directives,
+            job_setup=job_setup,
+            job_env=job_env,
+            worker_args=worker_args,
+            lifetime_margin=lifetime_margin,
+            interface=interface,
+            dashboard_address=dashboard_address,
+            directory=directory,
+            log_directory=log_directory,
+        )
+        first = next(iter(self.pools.values()))
+        self.jobs: dict[str, Job] = {}
+        self.finished: deque[Job] = deque(maxlen=200)  # ended jobs, newest last
+        self.rounds = 0  # rounds of job management done
+        self.remote_control = False  # answer hpc-cluster's requests (control.py)
+        self.answered: set[str] = set()
+        self.close_requested = threading.Event()
+        self.scheduler: Any = None  # the in-process Scheduler
+        self.scheduler_job: Job | None = None
+        self.info: SchedulerInfo | None = None
+        self.security = None
+        self._manager: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._lock: asyncio.Lock | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+        self._exit_stack = contextlib.ExitStack()
+        if silence_logs:  # the in-process scheduler's INFO lines, as dask-jobqueue does
+            self._exit_stack.enter_context(silence_logging_cmgr(level=silence_logs))
+        super().__init__(
+            asynchronous=asynchronous, loop=loop, quiet=quiet, name=name or self.cluster_id
+        )
+        self._instances.add(self)
+        if not self.called_from_running_loop:
+            self._loop_runner.start()
+            try:
+                self.sync(self._start)
+            except BaseException:
+                self.sync(self._close)
+                self._loop_runner.stop()
+                raise
+            if jobs:
+                self.scale(jobs=jobs)
+        elif jobs:
+            first.target = jobs
+
+    # ------------------------------------------------------------------ settings
+    def _settle(
+        self,
+        kind: str | None = None,
+        workers_per_node: int | None = None,
+        nodes_per_job: int | None = None,
+        site: str | None = None,
+        account: str | None = None,
+        queue: str | None = None,
+        walltime: str | None = None,
+        image: str | None = None,
+        launcher: str | None = None,
+        batch_system: str | None = None,
+        scheduler: str | None = None,
+        scheduler_walltime: str | None = None,
+        pool: str | None = None,
+        job_directives: Sequence[str] | None = None,
+        job_setup: Sequence[str] | None = None,
+        job_env: Mapping[str, str] | None = None,
+        worker_args: Sequence[str] | str | None = None,
+        lifetime_margin: float | None = None,
+        interface: str | None = None,
+        dashboard_address: str = "127.0.0.1:0",
+        directory: str | os.PathLike[str] | None = None,
+        log_directory: str | os.PathLike[str] | None = None,
+        check_commands: bool = True,
+    ) -> None:
+        """Every setting, checked (a UsageError) before anything starts or is submitted; also
+        what ``hpc-cluster script`` renders a job script from (batch commands not needed)."""
         site_name = site or config.get("site")
         self.site: Site = load_site(site_name) if site_name else detect_site()
         self.batch_system = self._batch_system(batch_system)
         system = commands.BatchSystem.named(self.batch_system)
         missing = system.missing_commands()
-        if missing:
+        if missing and check_commands:
             raise UsageError(
                 f"{missing[0]} not found (the {self.batch_system} command the cluster needs)",
                 "load the batch system's module, or fix PATH",
@@ -159,40 +247,8 @@ class HPCCluster(Cluster):
         self.start_timeout = float(config.get("cluster.start-timeout"))
         self.end_grace = float(config.get("cluster.end-grace"))
         self.max_failures = int(config.get("cluster.max-failures"))
-
-        self.jobs: dict[str, Job] = {}
-        self.finished: deque[Job] = deque(maxlen=200)  # ended jobs, newest last
-        self.rounds = 0  # rounds of job management done
-        self.scheduler: Any = None  # the in-process Scheduler
-        self.scheduler_job: Job | None = None
-        self.info: SchedulerInfo | None = None
-        self.security = None
         self._batch = BatchClient(system, self.directory / "jobs")
-        self._manager: asyncio.Task[None] | None = None
-        self._wake: asyncio.Event | None = None
-        self._lock: asyncio.Lock | None = None
-        self._background: set[asyncio.Task[Any]] = set()
-        self._exit_stack = contextlib.ExitStack()
-        if silence_logs:  # the in-process scheduler's INFO lines, as dask-jobqueue does
-            self._exit_stack.enter_context(silence_logging_cmgr(level=silence_logs))
-        super().__init__(
-            asynchronous=asynchronous, loop=loop, quiet=quiet, name=name or self.cluster_id
-        )
-        self._instances.add(self)
-        if not self.called_from_running_loop:
-            self._loop_runner.start()
-            try:
-                self.sync(self._start)
-            except BaseException:
-                self.sync(self._close)
-                self._loop_runner.stop()
-                raise
-            if jobs:
-                self.scale(jobs=jobs)
-        elif jobs:
-            first.target = jobs
 
-    # ------------------------------------------------------------------ settings
     def _batch_system(self, asked: str | None) -> str:
         name = asked or config.get("cluster.batch-system")
         if not name and self.site.batch_system != "none":
@@ -447,6 +503,10 @@ class HPCCluster(Cluster):
     async def _tick(self) -> None:
         await self._read_states()
         await self._correct_all()
+        if self.remote_control:
+            from . import control
+
+            await control.serve(self)
         self.rounds += 1
 
     async def _read_states(self) -> None:
