@@ -1,0 +1,90 @@
+"""HPCCluster in Jupyter: its widget and HTML repr from a real kernel, and behind JupyterHub
+(``JUPYTERHUB_SERVICE_PREFIX``) a dashboard link that works through jupyter-server-proxy,
+token included, on a real Jupyter server."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+import pytest
+from harness.waiting import free_ports
+from nbclient import NotebookClient
+
+pytestmark = pytest.mark.slurm
+
+CELLS = [
+    "from dask_hpc import HPCCluster\n"
+    "cluster = HPCCluster('cpu', workers_per_node=1, walltime='00:10:00', quiet=True)\n"
+    "cluster.scale(jobs=1)\n"
+    "cluster.wait_for_workers(1, timeout=120)",
+    "cluster",
+    "cluster.close()",
+]
+
+
+def test_widget_and_repr_in_a_kernel(elastic_env, monkeypatch, tmp_path: Path) -> None:
+    # The kernel is a process of its own: the test's settings go in its environment.
+    monkeypatch.setenv("DASK_HPC__SCHEDULER_DIRECTORY", str(elastic_env))
+    monkeypatch.setenv("DASK_HPC__CLUSTER__POLL_INTERVAL", "0.5")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
+    NotebookClient(nb, timeout=240, kernel_name="python3", resources={
+        "metadata": {"path": str(tmp_path)}}).execute()
+    data = nb.cells[1].outputs[0]["data"]
+    assert "application/vnd.jupyter.widget-view+json" in data  # the live widget (ipywidgets)
+    html = data["text/html"]
+    assert "HPCCluster" in html and "Batch system: slurm" in html
+    assert "<td style='text-align: left'>cpu</td>" in html  # the pools' table
+    assert "/status?token=" in html  # the dashboard link, with its token
+    assert "jobs=1" in data["text/plain"]
+
+
+def http_get(url: str, token: str) -> tuple[int, str]:
+    """A browser's GET with Jupyter's token: redirects followed, cookies kept."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    try:
+        with opener.open(request, timeout=60) as response:
+            return response.status, response.read().decode(errors="replace")
+    except urllib.error.HTTPError as error:
+        return error.code, ""
+
+
+def test_dashboard_link_through_jupyterhub_proxy(
+    make_cluster, monkeypatch, tagged_env, tmp_path: Path, wait_for
+) -> None:
+    prefix = "/user/alice/"
+    monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", prefix)
+    cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
+    link = cluster.dashboard_link
+    port = cluster.info.dashboard_port
+    assert link.startswith(f"{prefix}proxy/{port}/status?token="), link
+
+    (jport,) = free_ports(1)
+    token = "jupyter-token-of-alice"
+    server = subprocess.Popen(
+        [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={jport}",
+         "--ServerApp.ip=127.0.0.1", f"--ServerApp.base_url={prefix}",
+         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+         "--allow-root"],
+        env={**tagged_env, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        def listening() -> bool:
+            with socket.socket() as sock:
+                return sock.connect_ex(("127.0.0.1", jport)) == 0
+
+        wait_for(lambda: listening() or server.poll() is not None, 60, what="jupyter server")
+        assert server.poll() is None, server.stderr.read()
+        status, body = http_get(f"http://127.0.0.1:{jport}{link}", token)
+        assert status == 200 and "Dask" in body, (status, body[:500])
+        bare = link.split("?")[0]  # the proxy passes the owner through; the dashboard asks
+        assert http_get(f"http://127.0.0.1:{jport}{bare}", token)[0] == 403
+    finally:
+        server.terminate()
+        server.communicate(timeout=30)
