@@ -89,6 +89,37 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     assert "restarting it" in result.stderr  # the exiting task's deaths, one line each
 
 
+LAUNCHES_WITH_TWO_PER_HOST = [
+    "local", "openmpi", "openmpi-2-per-rank", "mpich", "srun", "emulated-pals", "emulated-jsrun"
+]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHES_WITH_TWO_PER_HOST)
+def test_a_worker_killed_by_its_tasks_comes_back_every_time(
+    launcher: str, request: pytest.FixtureRequest, run_cmd, cluster_env, tmp_path: Path
+) -> None:
+    """12 tasks in a row end their workers' processes (each kills 4: Dask retries it on the
+    restarted workers, the moment they register): every worker comes back each time, as with
+    `dask worker`. The crash-loop stop is only for a worker that never reaches the scheduler,
+    however fast its tasks kill it. The end, right after the last crash, is clean."""
+    if launcher == "openmpi-2-per-rank":  # one rank, its nanny host holding 2 Nannies
+        prefix, wpn, extra_env, names = openmpi(1), 2, {}, ["0-0", "0-1"]
+    else:
+        prefix, wpn, extra_env, names = launches(request, tmp_path)[launcher]()
+    argv = [*prefix, *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "120"]
+    argv += ["--", sys.executable, str(JOBS / "crash_tasks.py"), "12"]
+    result = run_cmd(argv, env={**cluster_env, **extra_env}, timeout=240)
+    output = f"{result.stdout}\n{result.stderr}"
+    assert result.returncode == 0, output
+    line = next(x for x in result.stdout.splitlines() if x.startswith("CRASHES "))
+    crashes = json.loads(line[len("CRASHES ") :])
+    assert crashes["workers"] == names
+    assert crashes["rounds"] == [["KilledWorker", names]] * 12, output
+    assert result.stderr.count(": restarting it") >= 4 * 12
+    for noise in ("not restarted", "Traceback", "were killed", "Timed out", "CancelledError"):
+        assert noise not in result.stderr, output
+
+
 def _preload_env(cluster_env: dict[str, str], module: str, tmp_path: Path) -> dict[str, str]:
     """Workers that import ``tests/jobs/<module>.py`` when they start (Dask's worker preload)."""
     return {

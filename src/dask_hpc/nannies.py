@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import distributed.utils
@@ -27,9 +30,13 @@ from .errors import say
 from .plan import ProcessSpec, shared_env
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 
-# A worker whose process dies before it connects this many times in a row is not restarted
-# again (Dask's Nanny would restart it forever, as fast as it dies).
+# A worker whose process dies before it reaches the scheduler this many times in a row is not
+# restarted again (Dask's Nanny would restart it forever, as fast as it dies). A worker killed
+# by its tasks (it had connected) is restarted every time, as by `dask worker`.
 MAX_FAILED_STARTS = 5
+
+
+_CLOSING = (Status.closing, Status.closing_gracefully, Status.closed)
 
 
 def describe_exit(exitcode: int) -> str:
@@ -44,12 +51,18 @@ class NannyWatch:
 
     It wraps the Nanny *instance* rather than subclassing ``Nanny`` because dask-cuda's
     ``CUDAWorker`` constructs its Nannies itself.
+
+    Whether a worker process reached the scheduler is the worker's own word: it creates the
+    file ``registered`` (one per Nanny, in a directory private to this rank's Nannies) the
+    moment the scheduler accepts it (``HpcWorker.status``). The Nanny's ``instantiate``
+    returning says it too late: a task that kills the process can arrive first.
     """
 
-    def __init__(self, nanny: Nanny) -> None:
+    def __init__(self, nanny: Nanny, registered: Path) -> None:
         self.nanny = nanny
+        self.registered = registered
+        nanny.worker_kwargs["registered_flag"] = str(registered)
         self.close_reason = ""
-        self.connected = False  # did the newest worker process connect to the scheduler?
         self.failed_starts = 0  # worker processes in a row that died before connecting
         self.last_exit: int | None = None  # the exit code of its last worker process
         self._starting = 0  # starts under way (Dask may begin one before the last returned)
@@ -76,15 +89,24 @@ class NannyWatch:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
+    @property
+    def connected(self) -> bool:
+        """Did the newest worker process reach the scheduler?"""
+        return self.registered.exists()
+
     async def instantiate(self) -> Status:
-        """Start a worker process (Dask's own start), noting whether it connected."""
-        self.connected = False
+        """Start a worker process (Dask's own start)."""
+        self.registered.unlink(missing_ok=True)
         self._starting += 1
         self._started.clear()
         try:
-            status = await self._instantiate()
-            self.connected = status == Status.running
-            return status
+            return await self._instantiate()
+        except asyncio.CancelledError:
+            if self.nanny.status not in _CLOSING:
+                raise
+            # Closed while it restarted a worker (the cluster ended right after a crash):
+            # not an error. Raised on, Dask would log it with a traceback.
+            return Status.closed
         finally:
             self._starting -= 1
             if not self._starting:
@@ -173,13 +195,13 @@ def build_nannies(specs: list[ProcessSpec], address: str) -> list[Nanny]:
     ]
 
 
-async def _run(specs: list[ProcessSpec], address: str) -> int:
+async def _run(specs: list[ProcessSpec], address: str, flags: Path) -> int:
     try:
         nannies = build_nannies(specs, address)
     except Exception as error:  # noqa: BLE001 - dask-cuda refusing its options, NVML missing
         say(f"the workers of this rank cannot be built: {error}")
         return EXIT_FAILED
-    watches = [NannyWatch(n) for n in nannies]
+    watches = [NannyWatch(n, flags / f"registered-{i}") for i, n in enumerate(nannies)]
 
     async def close_all() -> None:
         await asyncio.gather(*(n.close(timeout=5) for n in nannies), return_exceptions=True)
@@ -207,4 +229,10 @@ async def _run(specs: list[ProcessSpec], address: str) -> int:
 def run(specs: list[ProcessSpec], address: str) -> int:
     """Start this rank's workers under Nannies; return once every one has closed."""
     quiet_stderr()
-    return asyncio.run(_run(specs, address))
+    # Node-local and private to this process (0700): where the workers say they connected.
+    local = specs[0].options["local_directory"]
+    flags = Path(tempfile.mkdtemp(prefix=".dask-hpc-nannies-", dir=local))
+    try:
+        return asyncio.run(_run(specs, address, flags))
+    finally:
+        shutil.rmtree(flags, ignore_errors=True)

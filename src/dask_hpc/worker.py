@@ -109,11 +109,31 @@ class HpcWorker(Worker):
 
     keep_cpus = False
     close_reason = ""
+    _registered_flag: str | None = None
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, registered_flag: str | None = None, **kwargs: Any) -> None:
         quiet_stderr()
         self._launcher_cpus = os.sched_getaffinity(0)
+        self._registered_flag = registered_flag
         super().__init__(*args, **kwargs)
+
+    @Worker.status.setter  # type: ignore[attr-defined,untyped-decorator]
+    def status(self, value: Status) -> None:
+        """Dask's status change; the first ``running`` also marks ``registered_flag``.
+
+        Dask sets ``running`` the moment the scheduler accepted the registration, before the
+        worker reads any task from it, so a task that kills the process next (``os._exit`` in a
+        native library) cannot come first. Its Nanny's ``instantiate`` returns only later (it
+        polls a queue every 50 ms), which is why the Nanny host cannot tell from that alone a
+        worker killed by its first task from one that never reached the scheduler.
+        """
+        Worker.status.fset(self, value)  # type: ignore[attr-defined]
+        if value == Status.running and self._registered_flag:
+            flag, self._registered_flag = self._registered_flag, None
+            try:
+                os.close(os.open(flag, os.O_WRONLY | os.O_CREAT, 0o600))
+            except OSError:
+                pass  # unwritable: the Nanny counts this start as one that did not connect
 
     async def start_unsafe(self) -> HpcWorker:
         await super().start_unsafe()
