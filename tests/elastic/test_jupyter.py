@@ -72,7 +72,10 @@ def test_dashboard_link_through_jupyterhub_proxy(
          "--ServerApp.ip=127.0.0.1", f"--ServerApp.base_url={prefix}",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
          "--allow-root"],
-        env={**tagged_env, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env={**tagged_env, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         def listening() -> bool:

@@ -12,6 +12,7 @@ import secrets
 from typing import Any
 
 POOL_NAME = re.compile(r"[a-z][a-z0-9_]{0,15}")
+WORKER_NAME = re.compile(r"(dh[0-9a-f]{6}-[a-z][a-z0-9_]{0,15}-\d+)-\d+(?:-\d+)?")
 
 
 def new_cluster_id() -> str:
@@ -25,10 +26,8 @@ def job_name(cluster_id: str, pool: str, number: int) -> str:
 
 def job_of(worker_name: object) -> str | None:
     """The job a worker of an elastic cluster belongs to (None: not one of its workers)."""
-    parts = str(worker_name).split("-")
-    if len(parts) < 4 or not parts[2].isdigit():
-        return None
-    return "-".join(parts[:3])
+    match = WORKER_NAME.fullmatch(str(worker_name))
+    return match.group(1) if match else None
 
 
 def pool_of(worker_name: object) -> str | None:
