@@ -9,7 +9,8 @@ scheduler in this process, 2 workers per job (jobqueue: ``processes=2``). Prints
 - adapt (0 to 3 jobs) under a burst of 120 one-second tasks: seconds to the first new worker,
   to the end of the burst, and from idle back to 0 jobs;
 - dask-jobqueue#498: with Dask's #7019 settings (interval 100 ms, wait_count 1, 2 workers per
-  job), how many jobs were cancelled before any of their workers connected;
+  job) and 25 one-second tasks (a target of 3 workers), how many jobs were cancelled before any
+  of their workers connected, and whether the tasks finished;
 - walltime (``--walltime``, 3.5 more minutes per cluster): one-minute jobs, 2 jobs kept, a
   computation on persisted data for 3 min 15 s; jobqueue with its documented
   ``--lifetime 40s --lifetime-stagger 5s`` and ``adapt(minimum_jobs=2, maximum_jobs=2)``.
@@ -39,6 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))
 from harness.slurm import SlurmCluster  # noqa: E402
 
 WORKERS_PER_JOB = 2
+LOOP_TIMEOUT = 180
 FLAVORS = ("dask-hpc", "dask-jobqueue")
 GOALS = {
     "scale_total": "-",
@@ -258,7 +260,8 @@ def live_jobs(slurm: SlurmCluster) -> list[tuple[str, str, str]]:
 
 
 def start_stop_loop(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, Any]:
-    """distributed#7019's reproduction: 2 workers per job, adapt every 100 ms, wait_count 1."""
+    """distributed#7019's settings (adapt every 100 ms, wait_count 1, 2 workers per job) and a
+    load whose target is an odd number of workers (25 tasks of 1 s: 3 workers for Dask)."""
     from distributed import wait
 
     jobs = JobqueueJobs() if flavor == "dask-jobqueue" else None
@@ -266,15 +269,22 @@ def start_stop_loop(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, An
     joins = Joins(cluster.scheduler)
     client = cluster.get_client()
     try:
-        cluster.adapt(minimum_jobs=0, maximum_jobs=6, interval="100ms", wait_count=1)
+        cluster.adapt(minimum_jobs=0, maximum_jobs=3, interval="100ms", wait_count=1)
 
-        def half_second(x: int) -> int:
-            time.sleep(0.5)
+        def one_second(x: int) -> int:
+            time.sleep(1)
             return x
 
-        futures = client.map(half_second, range(200))
-        wait(futures, timeout=600)
-        return {"loop_cancelled": early_cancels(flavor, cluster, joins, jobs)}
+        futures = client.map(one_second, range(25))
+        t0 = time.monotonic()
+        finished = True
+        try:
+            wait(futures, timeout=LOOP_TIMEOUT)
+        except TimeoutError:
+            finished = False
+        took = time.monotonic() - t0
+        note = f"{took:.0f} s" if finished else f"not done in {LOOP_TIMEOUT} s"
+        return {"loop_cancelled": f"{early_cancels(flavor, cluster, joins, jobs)} ({note})"}
     finally:
         client.close()
         cluster.close()
@@ -339,6 +349,8 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--walltime", action="store_true", help="also the 3.5-minute runs")
     parser.add_argument("--only", choices=FLAVORS, help="one of the two")
+    parser.add_argument("--steps", default="scale,adapt,loop",
+                        help="of scale,adapt,loop,walltime (default: all but walltime)")
     args = parser.parse_args()
     flavors = [args.only] if args.only else list(FLAVORS)
     os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -351,13 +363,14 @@ def main() -> int:
         os.environ.update(slurm.env)
         load = os.getloadavg()[0]
         try:
-            steps = [
-                lambda f, t: scale_and_down(f, slurm, t, args.jobs),
-                lambda f, t: adapt_burst(f, slurm, t),
-                lambda f, t: start_stop_loop(f, slurm, t),
-            ]
-            if args.walltime:
-                steps.append(lambda f, t: across_walltimes(f, slurm, t))
+            chosen = set(args.steps.split(",")) | ({"walltime"} if args.walltime else set())
+            every = {
+                "scale": lambda f, t: scale_and_down(f, slurm, t, args.jobs),
+                "adapt": lambda f, t: adapt_burst(f, slurm, t),
+                "loop": lambda f, t: start_stop_loop(f, slurm, t),
+                "walltime": lambda f, t: across_walltimes(f, slurm, t),
+            }
+            steps = [step for name, step in every.items() if name in chosen]
             for _ in range(args.repeat):
                 for step in steps:
                     for flavor in flavors:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import operator
 import re
 import stat
+import sys
 
 import pytest
 from distributed import Client, wait
@@ -102,3 +103,17 @@ def test_a_job_the_batch_system_ends_stops_counting_and_is_replaced(
     assert cluster.pools["cpu"].counter == 3  # exactly one replacement
     assert client.submit(operator.add, 1, 1).result() == 2
     client.close()
+
+
+def test_a_script_that_never_closes_its_cluster_leaves_no_job(run_cmd, shell_env, elastic_slurm):
+    code = (
+        "from dask_hpc import HPCCluster\n"
+        "cluster = HPCCluster('cpu', workers_per_node=1, walltime='00:10:00', quiet=True)\n"
+        "cluster.scale(jobs=2)\n"
+        "cluster.wait_for_workers(1, timeout=120)\n"
+        "print('UP', len(cluster.jobs))\n"
+    )
+    result = run_cmd([sys.executable, "-c", code], env=shell_env, timeout=240)
+    result.check()
+    assert "UP 2" in result.stdout
+    assert elastic_slurm.jobs() == []  # closed at exit: the running job and the queued one

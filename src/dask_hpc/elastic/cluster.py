@@ -402,6 +402,14 @@ class HPCCluster(Cluster):
         self.scheduler_job = job
         job.job_id = await self._batch.submit(job, script.render(self._scheduler_request()))
         job.state = "queued"
+        try:
+            return await self._wait_for_scheduler(job)
+        except BaseException:
+            await self._cancel([job])
+            raise
+
+    async def _wait_for_scheduler(self, job: Job) -> SchedulerInfo:
+        assert job.job_id is not None
         said_queued = False
         next_poll = 0.0
         while True:
@@ -466,7 +474,7 @@ class HPCCluster(Cluster):
             pool.failures = 0
 
     def _worker_removed(self, address: str) -> None:
-        for job in self.jobs.values():
+        for job in list(self.jobs.values()):
             if job.workers.pop(address, None) is not None:
                 if not job.workers:
                     job.empty_since = time.monotonic()
@@ -510,7 +518,7 @@ class HPCCluster(Cluster):
         self.rounds += 1
 
     async def _read_states(self) -> None:
-        live = [j for j in self.jobs.values() if j.job_id and not j.ended]
+        live = [j for j in list(self.jobs.values()) if j.job_id and not j.ended]
         states = await self._batch.states([j.job_id for j in live])  # type: ignore[misc]
         if states is None:
             return
@@ -583,7 +591,7 @@ class HPCCluster(Cluster):
         pool.broken = message
         pool.target = 0
         self._say(f"error: {message}; pool {pool.name} submits no more jobs (fix it, then scale)")
-        doomed = [j for j in self.jobs.values() if j.pool == pool.name and not j.workers]
+        doomed = [j for j in list(self.jobs.values()) if j.pool == pool.name and not j.workers]
         self._spawn(self._cancel(doomed))
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
@@ -608,12 +616,12 @@ class HPCCluster(Cluster):
 
     def counted(self, pool: Pool) -> list[Job]:
         now = time.monotonic()
-        return [j for j in self.jobs.values() if j.pool == pool.name and self.counts(j, now)]
+        return [j for j in list(self.jobs.values()) if j.pool == pool.name and self.counts(j, now)]
 
     async def _correct_all(self) -> None:
         assert self._lock is not None
         async with self._lock:
-            for pool in self.pools.values():
+            for pool in list(self.pools.values()):
                 await self._correct(pool)
 
     async def _correct(self, pool: Pool) -> None:
@@ -841,9 +849,10 @@ class HPCCluster(Cluster):
                 await self._manager
         for task in list(self._background):
             task.cancel()
-        queued = [j for j in self.jobs.values() if j.state != "running"]
+        # A job with no worker connected has nothing to close gracefully: cancelled at once.
+        idle = [j for j in list(self.jobs.values()) if not j.workers]
         with suppress(Exception):
-            await self._cancel(queued)
+            await self._cancel(idle)
         # Closing the scheduler closes every worker; each job's ranks then end by themselves.
         if self.scheduler is not None:
             with suppress(Exception):
@@ -863,7 +872,7 @@ class HPCCluster(Cluster):
         deadline = time.monotonic() + self.end_grace
         cancelled = False
         while True:
-            live = [j for j in self.jobs.values() if j.job_id and not j.ended]
+            live = [j for j in list(self.jobs.values()) if j.job_id and not j.ended]
             if not live:
                 return
             if time.monotonic() > deadline and not cancelled:
@@ -905,8 +914,8 @@ class HPCCluster(Cluster):
     def status_table(self) -> list[dict[str, Any]]:
         """One row per pool: its shape, what it is asked for, its jobs and workers now."""
         rows = []
-        for pool in self.pools.values():
-            mine = [j for j in self.jobs.values() if j.pool == pool.name]
+        for pool in list(self.pools.values()):
+            mine = [j for j in list(self.jobs.values()) if j.pool == pool.name]
             rows.append(
                 {
                     "pool": pool.name,
@@ -947,7 +956,7 @@ class HPCCluster(Cluster):
 
     def __repr__(self) -> str:
         text = super().__repr__()
-        jobs = sum(1 for j in self.jobs.values() if not j.ended)
+        jobs = sum(1 for j in list(self.jobs.values()) if not j.ended)
         return f"{text[:-1]}, jobs={jobs})"
 
 
