@@ -4,7 +4,7 @@ token included, on a real Jupyter server."""
 
 from __future__ import annotations
 
-import socket
+import re
 import subprocess
 import sys
 import urllib.error
@@ -13,7 +13,6 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from harness.waiting import free_ports
 from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slurm
@@ -65,29 +64,31 @@ def test_dashboard_link_through_jupyterhub_proxy(
     port = cluster.info.dashboard_port
     assert link.startswith(f"{prefix}proxy/{port}/status?token="), link
 
-    (jport,) = free_ports(1)
     token = "jupyter-token-of-alice"
-    server = subprocess.Popen(
-        [sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={jport}",
-         "--ServerApp.ip=127.0.0.1", f"--ServerApp.base_url={prefix}",
-         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
-         "--allow-root"],
-        env={**tagged_env, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    log = tmp_path / "jupyter.log"
+    with open(log, "w") as out:  # a port of its own choosing, read back from its log
+        server = subprocess.Popen(
+            [sys.executable, "-m", "jupyter", "server", "--no-browser", "--port=0",
+             "--ServerApp.ip=127.0.0.1", f"--ServerApp.base_url={prefix}",
+             f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+             "--allow-root"],
+            env={**tagged_env, "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")},
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+        )
     try:
-        def listening() -> bool:
-            with socket.socket() as sock:
-                return sock.connect_ex(("127.0.0.1", jport)) == 0
+        def serving() -> str | None:
+            found = re.search(r"http://127\.0\.0\.1:(\d+)/", log.read_text())
+            if found:
+                return found.group(1)
+            return "exited" if server.poll() is not None else None
 
-        wait_for(lambda: listening() or server.poll() is not None, 60, what="jupyter server")
-        assert server.poll() is None, server.stderr.read()
+        jport = wait_for(serving, 60, what="jupyter server")
+        assert server.poll() is None, log.read_text()
         status, body = http_get(f"http://127.0.0.1:{jport}{link}", token)
         assert status == 200 and "Dask" in body, (status, body[:500])
         bare = link.split("?")[0]  # the proxy passes the owner through; the dashboard asks
         assert http_get(f"http://127.0.0.1:{jport}{bare}", token)[0] == 403
     finally:
         server.terminate()
-        server.communicate(timeout=30)
+        server.wait(timeout=30)

@@ -606,12 +606,17 @@ class HPCCluster(Cluster):
         now = time.monotonic() if now is None else now
         if job.state == "running" and not job.workers and job.ever_connected:
             return False  # its workers are gone (retired at its walltime, or died)
+        if job.expiring:
+            return False
         if job.connected_at is not None:
             pool = self.pools[job.pool]
             duration, stagger = pool.lifetime()
             first_retirement = job.connected_at + duration - stagger
             if now >= first_retirement - pool.retire_lead():
-                return False  # its replacement must be connected before it goes
+                # Its replacement must be connected before it goes. Once, for good: a lead
+                # that shrinks later (a faster start) must not count it again.
+                job.expiring = True
+                return False
         return True
 
     def counted(self, pool: Pool) -> list[Job]:

@@ -37,6 +37,7 @@ class Job:
     ever_connected: int = 0
     retiring: bool = False  # the cluster retires its workers (scale down)
     cancelled: bool = False  # the cluster cancelled it
+    expiring: bool = False  # its workers retire soon (walltime): its replacement is asked for
     missing: int = 0  # status reads in a row that did not list it
 
     @property
