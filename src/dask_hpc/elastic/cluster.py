@@ -397,8 +397,8 @@ class HPCCluster(Cluster):
         self._manager = asyncio.ensure_future(self._manage())
 
     async def _start_scheduler_job(self) -> SchedulerInfo:
-        job = Job(f"{self.cluster_id}-scheduler", "", self.log_directory / "x")
-        job.log = self.log_directory / f"{job.name}.out"
+        name = f"{self.cluster_id}-scheduler"
+        job = Job(name, "", self.log_directory / f"{name}.out")
         self.scheduler_job = job
         job.job_id = await self._batch.submit(job, script.render(self._scheduler_request()))
         job.state = "queued"
@@ -544,6 +544,10 @@ class HPCCluster(Cluster):
                     job.started_at = now
                 if not job.workers and job.empty_since is None:
                     job.empty_since = now
+        for job in list(self.jobs.values()):
+            if job.workers and not job.retiring and self._past_retirement(job, now):
+                job.retiring = True  # Dask's lifetime has not retired them: do it now
+                self._spawn(self._retire(job))
         for job, reason in never:
             if not job.cancelled:
                 self._failed(job, f"is held for {reason}", never=True)
@@ -557,6 +561,17 @@ class HPCCluster(Cluster):
                 await self._cancel([job])
             elif job.ever_connected and empty > self.end_grace:
                 await self._cancel([job])  # its workers are gone, it did not end: end it
+
+    def _past_retirement(self, job: Job, now: float) -> bool:
+        """Whether a running job's workers should all have retired by now, counting from the
+        job's start (Dask's lifetime counts from each worker's start, later when a loaded node
+        is slow to start them): 60% of the margin before the walltime, the polling's delay in
+        seeing the job start included."""
+        if job.started_at is None:
+            return False
+        pool = self.pools[job.pool]
+        start = job.started_at - self.poll_interval
+        return now >= start + pool.walltime_seconds - 0.6 * pool.lifetime_margin
 
     def _job_ended(self, job: Job) -> None:
         job.state = "ended"
@@ -693,7 +708,11 @@ class HPCCluster(Cluster):
             retired = {}
             logger.info("retire_workers failed: %s", error)
         kept = set(names) - {str(info.get("name")) for info in retired.values()}
-        if kept and job.workers and self.status == Status.running:
+        if kept and self.status == Status.running:  # retired meanwhile (lifetime) or kept?
+            with suppress(Exception):
+                identity = await self.scheduler_comm.identity()
+                kept &= {str(w.get("name")) for w in identity["workers"].values()}
+        if kept and self.status == Status.running:
             self._say(
                 f"job {job.job_id}: Dask kept {len(kept)} worker(s) it could not move the data "
                 "of (no other worker to take it): cancelling the job"
