@@ -218,8 +218,17 @@ def script(args: argparse.Namespace) -> int:
 
 def remote(args: argparse.Namespace) -> int:
     from .. import connect
+    from . import state
 
     path = Path(args.scheduler_file).expanduser()
+    if args.command == "down" and path.resolve().parent.is_dir():
+        directory = path.resolve().parent
+        if (directory / state.STATE).exists() and not state.managed(directory):
+            ids = state.cleanup(directory)  # its manager died: cancel what it left
+            if path.is_symlink():
+                path.unlink()
+            say(f"no process ran the cluster any more: cancelled job(s) {', '.join(ids)}")
+            return 0
     try:
         client = connect(path, timeout=30)
     except FileNotFoundError:

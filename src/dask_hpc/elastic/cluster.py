@@ -49,7 +49,7 @@ from ..batch import commands, script
 from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
 from ..sites import Site, detect_site, load_site
-from . import naming
+from . import naming, state
 from .jobs import BatchClient, Job
 from .pools import Pool, make_pool
 from .scheduler import SCHEDULER_FILE, listen_host, security_for, start
@@ -132,7 +132,53 @@ class HPCCluster(Cluster):
             directory=directory,
             log_directory=log_directory,
         )
+        self._begin(jobs, name, silence_logs, asynchronous, loop, quiet)
+
+    @classmethod
+    def attach(
+        cls,
+        scheduler_file: str | os.PathLike[str],
+        *,
+        silence_logs: str | int | bool = "error",
+        asynchronous: bool = False,
+        loop: Any = None,
+        quiet: bool = False,
+    ) -> HPCCluster:
+        """Take over a cluster whose manager died (a login node's killer; its scheduler lives
+        on in a job of its own, ``scheduler="job"``): its jobs, pools and sizes, from the
+        scheduler file it printed. A cluster another process still runs is refused."""
+        directory = Path(scheduler_file).expanduser().resolve().parent
+        saved = state.load(directory)
+        self = cls.__new__(cls)
+        settings = saved["settings"]
+        self._settle(
+            site=settings["site"],
+            batch_system=settings["batch_system"],
+            scheduler=settings["scheduler"],
+            scheduler_walltime=settings["scheduler_walltime"],
+            interface=settings["interface"],
+            dashboard_address=settings["dashboard_address"],
+            log_directory=settings["log_directory"],
+            existing=(saved["cluster_id"], directory, state.pools_from(saved)),
+        )
+        self._attached = saved
+        self._begin(0, None, silence_logs, asynchronous, loop, quiet)
+        return self
+
+    def _begin(
+        self,
+        jobs: int,
+        name: str | None,
+        silence_logs: str | int | bool,
+        asynchronous: bool,
+        loop: Any,
+        quiet: bool,
+    ) -> None:
+        """Start the cluster (the event loop's side of ``__init__`` and ``attach``)."""
         first = next(iter(self.pools.values()))
+        self._lock_fd: int | None = None
+        self._state_text: str | None = None
+        self._attached: dict[str, Any] | None = getattr(self, "_attached", None)
         self.jobs: dict[str, Job] = {}
         self.finished: deque[Job] = deque(maxlen=200)  # ended jobs, newest last
         self.rounds = 0  # rounds of job management done
@@ -167,6 +213,7 @@ class HPCCluster(Cluster):
         elif jobs:
             first.target = jobs
 
+
     # ------------------------------------------------------------------ settings
     def _settle(
         self,
@@ -193,6 +240,7 @@ class HPCCluster(Cluster):
         directory: str | os.PathLike[str] | None = None,
         log_directory: str | os.PathLike[str] | None = None,
         check_commands: bool = True,
+        existing: tuple[str, Path, dict[str, Pool]] | None = None,
     ) -> None:
         """Every setting, checked (a UsageError) before anything starts or is submitted; also
         what ``hpc-cluster script`` renders a job script from (batch commands not needed)."""
@@ -214,31 +262,32 @@ class HPCCluster(Cluster):
         if interface:
             listen_host(interface)  # an interface this node does not have: one line now
         self._dashboard_address = dashboard_address
-        self.cluster_id = naming.new_cluster_id()
-        self.pools: dict[str, Pool] = {}
+        self.cluster_id = existing[0] if existing else naming.new_cluster_id()
+        self.pools: dict[str, Pool] = dict(existing[2]) if existing else {}
         first_kind = kind or config.get("cluster.kind")
-        self.add_pool(
-            pool or first_kind,
-            first_kind,
-            workers_per_node=workers_per_node,
-            nodes_per_job=nodes_per_job,
-            walltime=walltime,
-            account=account,
-            queue=queue,
-            image=image,
-            launcher=launcher,
-            job_directives=job_directives,
-            job_setup=job_setup,
-            job_env=job_env,
-            worker_args=worker_args,
-            lifetime_margin=lifetime_margin,
-        )
+        if not existing:
+            self.add_pool(
+                pool or first_kind,
+                first_kind,
+                workers_per_node=workers_per_node,
+                nodes_per_job=nodes_per_job,
+                walltime=walltime,
+                account=account,
+                queue=queue,
+                image=image,
+                launcher=launcher,
+                job_directives=job_directives,
+                job_setup=job_setup,
+                job_env=job_env,
+                worker_args=worker_args,
+                lifetime_margin=lifetime_margin,
+            )
         first = next(iter(self.pools.values()))
         self._scheduler_walltime = scheduler_walltime or config.get(
             "cluster.scheduler-walltime"
         ) or first.walltime
         script.parse_walltime(self._scheduler_walltime)
-        self.directory = self._cluster_directory(directory)
+        self.directory = existing[1] if existing else self._cluster_directory(directory)
         self.scheduler_file = self.directory / SCHEDULER_FILE
         self.log_directory = Path(log_directory or config.get("cluster.log-directory") or "")
         if not str(log_directory or config.get("cluster.log-directory") or ""):
@@ -248,6 +297,15 @@ class HPCCluster(Cluster):
         self.end_grace = float(config.get("cluster.end-grace"))
         self.max_failures = int(config.get("cluster.max-failures"))
         self._batch = BatchClient(system, self.directory / "jobs")
+        self.settings = {  # what another process needs to take this cluster over (attach)
+            "site": self.site.name,
+            "batch_system": self.batch_system,
+            "scheduler": self.scheduler_mode,
+            "scheduler_walltime": self._scheduler_walltime,
+            "interface": self.interface,
+            "dashboard_address": self._dashboard_address,
+            "log_directory": str(self.log_directory),
+        }
 
     def _batch_system(self, asked: str | None) -> str:
         name = asked or config.get("cluster.batch-system")
@@ -375,7 +433,22 @@ class HPCCluster(Cluster):
         self.status = Status.starting
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
+        if self._attached is not None:
+            await self._take_over(self._attached)
+        else:
+            await self._create()
+        self.scheduler_comm = rpc(
+            self.info.address, connection_args=self.security.get_connection_args("client")
+        )
+        await super()._start()
+        for address, info in self.scheduler_info["workers"].items():
+            self._worker_added(address, info.get("name"))
+        self._manager = asyncio.ensure_future(self._manage())
+
+    async def _create(self) -> None:
+        """A new cluster: its directory, lock, certificates and scheduler."""
         self.directory.mkdir(mode=0o700)
+        self._lock_fd = state.take_lock(self.directory)
         for sub in ("jobs", "logs"):
             (self.directory / sub).mkdir(mode=0o700)
         self.log_directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -388,13 +461,34 @@ class HPCCluster(Cluster):
             )
         else:
             self.info = await self._start_scheduler_job()
-        self.scheduler_comm = rpc(
-            self.info.address, connection_args=self.security.get_connection_args("client")
+
+    async def _take_over(self, saved: dict[str, Any]) -> None:
+        """A cluster whose manager died: its scheduler (still up?), its lock, its jobs."""
+        os.close(state.take_lock(self.directory))  # a UsageError while another manages it
+        files = security.TlsFiles.in_directory(self.directory)
+        self.security = security_for(files)
+        info = read_scheduler_file(self.scheduler_file, self.cluster_id)
+        gone = UsageError(
+            f"the scheduler of cluster {self.cluster_id} is gone (it ran in the process that "
+            "died, scheduler='local', or its job ended)",
+            f"cancel what it left: hpc-cluster down {self.scheduler_file}",
         )
-        await super()._start()
-        for address, info in self.scheduler_info["workers"].items():
-            self._worker_added(address, info.get("name"))
-        self._manager = asyncio.ensure_future(self._manage())
+        if info is None:
+            raise gone
+        probe = rpc(info.address, connection_args=self.security.get_connection_args("client"))
+        try:
+            await asyncio.wait_for(probe.identity(), 15)  # refused connects are retried
+        except Exception:  # noqa: BLE001 - whatever the reason, nobody answers
+            raise gone from None
+        finally:
+            await probe.close_rpc()
+        self._lock_fd = state.take_lock(self.directory)
+        self.info = info
+        for job in state.jobs_from(saved):
+            if job.name == saved["scheduler_job"]:
+                self.scheduler_job = job
+            else:
+                self.jobs[job.name] = job
 
     async def _start_scheduler_job(self) -> SchedulerInfo:
         name = f"{self.cluster_id}-scheduler"
@@ -511,6 +605,7 @@ class HPCCluster(Cluster):
     async def _tick(self) -> None:
         await self._read_states()
         await self._correct_all()
+        self._state_text = state.save(self, self._state_text)
         if self.remote_control:
             from . import control
 
@@ -888,7 +983,10 @@ class HPCCluster(Cluster):
             self.jobs[self.scheduler_job.name] = self.scheduler_job
         await self._until_jobs_end()
         await super()._close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._lock_fd is not None:  # ours (a failed attach leaves it for hpc-cluster down)
+            shutil.rmtree(self.directory, ignore_errors=True)
+            os.close(self._lock_fd)
+            self._lock_fd = None
         self._exit_stack.close()
 
     async def _until_jobs_end(self) -> None:
