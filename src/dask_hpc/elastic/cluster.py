@@ -586,10 +586,6 @@ class HPCCluster(Cluster):
         if not self.quiet:
             print(log, file=sys.stderr, flush=True)
 
-    def _poke(self) -> None:
-        if self._wake is not None:
-            self._wake.set()
-
     async def _manage(self) -> None:
         """Read the jobs' states and correct every pool, each poll interval (or when poked)."""
         assert self._wake is not None

@@ -58,8 +58,8 @@ def managed(directory: Path) -> bool:
 def snapshot(cluster: Any) -> dict[str, Any]:
     now, wall = time.monotonic(), time.time()
 
-    def ago(moment: float | None) -> float | None:
-        return None if moment is None else wall - (now - moment)
+    def ago(moment: float | None) -> float | None:  # wall-clock, whole seconds: stable text
+        return None if moment is None else round(wall - (now - moment))
 
     pools = []
     for pool in cluster.pools.values():
