@@ -65,15 +65,17 @@ cp -r "$here/common.yaml" "$here/include" "$here/repo" "$work/"
 mkdir -p "$work/envs"
 key='python|py-dask-hpc|py-dask|py-distributed|py-bokeh|py-numpy|py-pandas|py-cupy|cuda|hip'
 key="$key|gcc|intel-oneapi-compilers|glibc"
+# dask-hpc's version as the image build gets it (setuptools-scm, from git: invoke build)
+version="$(python3 -m setuptools_scm -c "$(dirname "$here")/pyproject.toml")"
 status=0
 for env in "${envs[@]}"; do
   mkdir -p "$work/envs/$env"
   cp "$here/envs/$env/spack.yaml" "$work/envs/$env/"
   log="$work/$env.log"
   start=$(date +%s)
-  # As the image build does: dask-hpc itself comes from this source tree.
+  # As the image build does: dask-hpc itself comes from this source tree, at its git version.
   if "$spack_dir/bin/spack" -e "$work/envs/$env" develop --no-clone \
-       --path "$(dirname "$here")" py-dask-hpc@=0.1.0 >"$log" 2>&1 &&
+       --path "$(dirname "$here")" "py-dask-hpc@=$version" >"$log" 2>&1 &&
      timeout "${TIMEOUT:-0}" "$spack_dir/bin/spack" -e "$work/envs/$env" concretize -f \
        >>"$log" 2>&1; then
     took=$(( $(date +%s) - start ))

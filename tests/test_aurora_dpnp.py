@@ -38,7 +38,7 @@ def dpnp_env(cluster_env: dict[str, str]) -> dict[str, str]:
     # The wheel's .icd file names conda's placeholder prefix: name the runtime directly.
     env["OCL_ICD_FILENAMES"] = str(DPNP_VENV / "lib" / "libintelocl.so")
     # ONEAPI_DEVICE_SELECTOR=opencl:* fails with these wheels (libOpenCL.so.1 cannot find
-    # libsvml.so, see README); the default selector finds the one device.
+    # libsvml.so, see docs/sites.md); the default selector finds the one device.
     env.pop("ONEAPI_DEVICE_SELECTOR", None)
     return env
 

@@ -86,6 +86,7 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     link = re.search(r"dashboard +(http://localhost:\d+/status\?token=[\w-]+)\n", result.stderr)
     assert link and out["dashboard_link"] == link.group(1)  # the printed link, token and all
     assert "lost the scheduler" not in result.stderr and "rank 0 is gone" not in result.stderr
+    assert "was lost" not in result.stderr  # a rank whose workers were retired was not lost
     assert "restarting it" in result.stderr  # the exiting task's deaths, one line each
 
 

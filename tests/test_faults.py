@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from harness import mpi
+from harness.emulate import emulated_pals
 from harness.procs import run_cmd, tagged_pids
 from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
@@ -425,3 +426,184 @@ def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
         "launch -> every process gone",
         f"exit {code}: rank 0 gives up on rank 1, rank 1 kills its nanny host",
     )
+
+
+# A rank lost while the cluster runs (its node died): the launcher's option that keeps the other
+# ranks running, WORKERS_PER_NODE, and what the launcher itself then reports.
+KEEP_RANKS = {
+    "openmpi": (lambda tmp: mpi.openmpi(3, hosts=mpi.node_names(3), ppn=1,
+                                        extra=["--enable-recovery"]), 1, 0),
+    "mpich": (lambda tmp: mpi.mpich(3, hosts=mpi.node_names(3), ppn=1,
+                                    extra=["-disable-auto-cleanup"]), 1, 9),
+    "emulated-pals": (lambda tmp: emulated_pals(tmp, nodes=3, ppn=1,
+                                                hydra_args=["-disable-auto-cleanup"]), 1, 9),
+    "srun": (lambda tmp: ["srun", "-N", "2", "--ntasks-per-node", "2", "--no-kill",
+                          "--kill-on-bad-exit=0"], 2, 137),
+}
+
+
+def kill_rank(rank: int) -> list[int]:
+    """SIGKILL a rank and everything it started (its scheduler or nanny host, workers, ...),
+    as a node's death ends them; return their pids."""
+    victim = psutil.Process(rank_pids()[rank])
+    procs = [victim, *victim.children(recursive=True)]
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in procs]
+
+
+def _node_loss_result(stdout: str) -> dict:
+    for line in stdout.splitlines():
+        if line.startswith("NODELOSS "):
+            return json.loads(line[len("NODELOSS ") :])
+    raise AssertionError(f"no NODELOSS line in output:\n{stdout}")
+
+
+@pytest.mark.parametrize("name", list(KEEP_RANKS))
+def test_a_lost_rank_does_not_end_the_job(
+    name: str, request: pytest.FixtureRequest, cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGKILL of rank 2 and all it started, mid-computation, under each launcher's option
+    that keeps the other ranks: Dask recomputes its tasks, COMMAND gets the right result,
+    rank 0 names the lost rank once and exits with COMMAND's status."""
+    build, wpn, launcher_status = KEEP_RANKS[name]
+    env = dict(cluster_env)
+    if name == "srun":
+        env.update(request.getfixturevalue("slurm_cluster").env)
+    hold = tmp_path / "hold.json"
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", sys.executable]
+    argv += [str(FAULTY.parent / "node_loss.py"), str(hold)]
+    run = Background(argv, env, tmp_path)
+    wait_for(hold.exists, 60, what="the computation under way")
+    killed = time.monotonic()
+    kill_rank(2)
+    code = run.wait(90)
+    result = _node_loss_result(run.stdout)
+    assert result["result"] == result["expected"], run.output()
+    lost = [w for w in result["workers_before"] if w not in result["workers_after"]]
+    assert lost == ["2"], run.output()
+    assert len(re.findall(r"warning: rank 2 on \S+ was lost", run.stderr)) == 1, run.output()
+    assert "command exited with status 0: shutting down" in run.stderr, run.output()
+    assert "Traceback" not in run.stderr, run.output()
+    assert code == launcher_status, run.output()  # the launcher's own report of a killed rank
+    gone = all_gone()
+    record(
+        "a non-zero rank lost (SIGKILL of it and all it started)",
+        name,
+        gone - killed,
+        "kill -> result right and every process gone",
+        f"rank 0 names the lost rank, Dask recomputes its tasks, COMMAND exits 0; launcher "
+        f"exits {code}",
+    )
+
+
+@pytest.mark.parametrize("name", list(KEEP_RANKS))
+def test_rank_0_lost_still_ends_everything_under_the_options_that_keep_ranks(
+    name: str, request: pytest.FixtureRequest, cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The launcher no longer ends the job for a lost rank: the other ranks stop by
+    themselves when rank 0 (scheduler, COMMAND) is the one lost."""
+    build, wpn, _ = KEEP_RANKS[name]
+    env = dict(cluster_env)
+    if name == "srun":
+        env.update(request.getfixturevalue("slurm_cluster").env)
+    hold = tmp_path / "hold.json"
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", *faulty("hold", str(hold))]
+    run = Background(argv, env, tmp_path)
+    wait_for(hold.exists, 60, what="COMMAND")
+    killed = time.monotonic()
+    kill_rank(0)
+    code = run.wait(DEATH_TIMEOUT + 40)
+    gone = all_gone()
+    # Open MPI's --enable-recovery makes mpirun exit 0 whatever its ranks' statuses.
+    assert code == 0 if name == "openmpi" else code != 0, run.output()
+    assert re.search(r"error: (lost the scheduler|rank 0 is gone)", run.stderr), run.output()
+    assert gone - killed < DEATH_TIMEOUT + 15, run.output()
+    record(
+        "rank 0 lost, launcher keeping ranks",
+        name,
+        gone - killed,
+        "kill -> every process gone",
+        f"the other ranks stop by themselves ('rank 0 is gone'); launcher exits {code}",
+    )
+
+
+def test_abort_on_node_loss_stops_the_cluster(cluster_env: dict[str, str], tmp_path: Path) -> None:
+    """--abort-on-node-loss: today's behaviour, by start-cluster itself, whatever the launcher
+    allows: COMMAND is stopped, every rank ends, rank 0 exits 5."""
+    build, wpn, _ = KEEP_RANKS["mpich"]
+    hold = tmp_path / "hold.json"
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    argv += ["--abort-on-node-loss", "--", *faulty("hold", str(hold))]
+    run = Background(argv, cluster_env, tmp_path)
+    wait_for(hold.exists, 60, what="COMMAND")
+    killed = time.monotonic()
+    kill_rank(2)
+    code = run.wait(60)
+    gone = all_gone()
+    assert "error: rank 2 on" in run.stderr and "stopping the cluster" in run.stderr, run.output()
+    assert code != 0, run.output()
+    assert gone - killed < 30, run.output()
+
+
+def test_a_node_lost_under_srun_no_kill_keeps_the_job(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A whole node dies: its rank, that rank's processes, the step's slurmstepd and the node's
+    slurmd (a private 3-node Slurm, node3 never comes back). With `srun --no-kill` Slurm
+    declares the node failed and the job goes on: the right result, srun exits 0."""
+    from harness.slurm import SlurmCluster
+
+    with SlurmCluster(tmp_path / "slurm", nodes=3, cpus=4, slurmd_timeout=6) as slurm:
+        env = {**cluster_env, **slurm.env}
+        hold = tmp_path / "hold.json"
+        argv = ["srun", "-N", "3", "--ntasks-per-node", "1", "--no-kill", "--kill-on-bad-exit=0"]
+        argv += [*start_cluster(), "cpu", "1", *OPTS, "--timeout", "60", "--"]
+        argv += [sys.executable, str(FAULTY.parent / "node_loss.py"), str(hold)]
+        run = Background(argv, env, tmp_path)
+        wait_for(hold.exists, 60, what="the computation under way")
+        rank = psutil.Process(rank_pids()[2])
+        stepd = rank.parent()
+        assert "slurmstepd" in " ".join(stepd.cmdline()), stepd.cmdline()
+        slurmd = int((slurm.root / "run" / "slurmd-node3.pid").read_text())
+        killed = time.monotonic()
+        for pid in [slurmd, stepd.pid, *kill_rank(2)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        code = run.wait(120)
+        result = _node_loss_result(run.stdout)
+        assert result["result"] == result["expected"], run.output()
+        assert result["workers_after"] == ["0", "1"], run.output()
+        assert len(re.findall(r"warning: rank 2 on \S+ was lost", run.stderr)) == 1
+        assert "srun: error: Node failure on node3" in run.stderr, run.output()
+        assert code == 0, run.output()
+        gone = all_gone()
+    record(
+        "a node lost (its rank, slurmstepd and slurmd killed)",
+        "srun --no-kill",
+        gone - killed,
+        "kill -> result right and every process gone",
+        f"Slurm marks the node failed, the job goes on; srun exits {code}",
+    )
+
+
+def test_exit_status_file_keeps_commands_status_where_mpirun_loses_it(
+    cluster_env: dict[str, str], tmp_path: Path
+) -> None:
+    """mpirun --enable-recovery exits 0 whatever its ranks' statuses; rank 0 writes COMMAND's
+    status to hpc.exit-status-file for the job script to exit with."""
+    build, wpn, _ = KEEP_RANKS["openmpi"]
+    status = tmp_path / "status"
+    env = {**cluster_env, "DASK_HPC__EXIT_STATUS_FILE": str(status)}
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    result = run_cmd([*argv, "--", "sh", "-c", "exit 7"], env=env, timeout=120)
+    assert result.returncode == 0, result.stderr  # mpirun's own report
+    assert "command exited with status 7" in result.stderr
+    assert status.read_text() == "7\n"

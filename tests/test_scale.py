@@ -356,7 +356,7 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
 
 
 def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
-    """benchmarks/scale.py (README, Scale) at two small sizes: its table, its scheduler probe's
+    """benchmarks/scale.py (docs/scale.md) at two small sizes: its table, its scheduler probe's
     rows, and the goal of a flat cost per worker against a lone rank 0 (not timed here)."""
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
     result = run_cmd([sys.executable, str(bench), "--workers", "10", "30"], env=cluster_env,

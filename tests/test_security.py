@@ -78,7 +78,7 @@ def test_strangers_are_refused_and_run_nothing(
 def test_every_connection_is_tls_1_3_with_aes_gcm_and_mutual_auth_still_holds(
     cluster: dict, cluster_env: dict[str, str]
 ) -> None:
-    """The settings benchmarks/transfer.py measured (README, TLS throughput), on a real cluster."""
+    """The settings benchmarks/transfer.py measured (docs/performance.md), on a real cluster."""
     res = run_cmd(
         [sys.executable, str(TLS_SETTINGS), str(cluster["file"])], timeout=90, env=cluster_env
     )

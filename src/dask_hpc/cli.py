@@ -67,9 +67,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action="version", version=f"dask-hpc {__version__}")
     where = p.add_argument_group("where it runs")
-    where.add_argument("--site", help="site profile (default: detected, else generic)")
-    where.add_argument("--launcher", help="launcher (default: detected from the environment)")
-    where.add_argument("--scheduler-file", help="scheduler file (default: job-scoped, shared)")
+    where.add_argument(
+        "--site",
+        help="site profile (default: hpc.site of dask config, else detected, else generic)",
+    )
+    where.add_argument(
+        "--launcher",
+        help="launcher, or none for local mode (default: detected from the environment)",
+    )
+    where.add_argument(
+        "--scheduler-file",
+        help="scheduler file (default: job-scoped, in the site's shared directory)",
+    )
     where.add_argument(
         "--join",
         metavar="SCHEDULER_FILE",
@@ -82,15 +91,33 @@ def build_parser() -> argparse.ArgumentParser:
         "whoever submitted this job knows its workers",
     )
     where.add_argument(
+        "--abort-on-node-loss",
+        action="store_true",
+        default=None,
+        help="stop the whole cluster when a rank is lost (killed, or its node died); default: "
+        "the cluster goes on without that rank's workers, as Dask does (the launcher must "
+        "allow it: see the reliability docs)",
+    )
+    where.add_argument(
         "--timeout",
         type=positive_float,
         help="seconds to wait for the scheduler and every worker (default 300, more for "
         "thousands of workers)",
     )
     res = p.add_argument_group("workers")
-    res.add_argument("--nthreads", type=positive_int, help="threads per worker")
-    res.add_argument("--memory-limit", help="memory per worker, e.g. 16GB or 0.5 (of the node)")
-    res.add_argument("--local-directory", help="writable node-local directory for workers")
+    res.add_argument(
+        "--nthreads",
+        type=positive_int,
+        help="threads per worker (default: the usable CPUs / workers per node)",
+    )
+    res.add_argument(
+        "--memory-limit",
+        help="memory per worker, e.g. 16GB or 0.5 (of the node); default: the node's memory / "
+        "workers per node",
+    )
+    res.add_argument(
+        "--local-directory", help="writable node-local directory for workers (default: the site's)"
+    )
     res.add_argument(
         "--death-timeout",
         type=positive_float,
@@ -121,10 +148,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--enable-cudf-spill", action="store_true", help="cuDF's own spilling (dask-cuda's)"
     )
     net = p.add_argument_group("network and security")
-    net.add_argument("--interface", help="network interface, e.g. ib0 or hsn0")
-    net.add_argument("--protocol", choices=("tcp", "tls", "ucx"), help="comm protocol")
-    net.add_argument("--scheduler-port", type=int, help="scheduler port (default: a free one)")
-    net.add_argument("--dashboard-address", help="dashboard address (default 127.0.0.1:8787)")
+    net.add_argument(
+        "--interface", help="network interface, e.g. ib0 or hsn0 (default: the site's)"
+    )
+    net.add_argument(
+        "--protocol",
+        choices=("tcp", "tls", "ucx"),
+        help="comm protocol (default: tls, or tcp with --no-tls)",
+    )
+    net.add_argument(
+        "--scheduler-port",
+        type=int,
+        help="scheduler port (default: a free one, published in the scheduler file)",
+    )
+    net.add_argument(
+        "--dashboard-address",
+        help="dashboard address (default 127.0.0.1:8787, another port if taken): reach it "
+        "through the printed ssh tunnel",
+    )
     net.add_argument(
         "--no-tls",
         dest="tls",

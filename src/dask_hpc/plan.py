@@ -94,6 +94,8 @@ class Plan:
     jupyter: bool
     processes: list[ProcessSpec]
     notes: list[str]
+    abort_on_node_loss: bool = False  # rank 0 stops the cluster when a rank is lost
+    exit_status_file: str | None = None  # rank 0 writes its exit status there
 
     @property
     def runs_scheduler(self) -> bool:
@@ -119,6 +121,7 @@ class Plan:
             "open_files": self.open_files,
             "command": self.command,
             "jupyter": self.jupyter,
+            "abort_on_node_loss": self.abort_on_node_loss,
             "processes": [
                 {
                     "role": p.role,
@@ -486,6 +489,12 @@ def make_plan(
         jupyter=args.jupyter,
         processes=processes,
         notes=notes,
+        abort_on_node_loss=bool(
+            config.get("abort-on-node-loss")
+            if args.abort_on_node_loss is None
+            else args.abort_on_node_loss
+        ),
+        exit_status_file=config.get("exit-status-file") or None,
     )
 
 

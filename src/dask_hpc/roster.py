@@ -5,7 +5,11 @@ ranks are alive without polling, and can wait until the others are gone before i
 launcher that kills the remaining ranks when one exits then kills nobody). A worker rank
 learns the same way, at once, that rank 0 is gone; rank 0 first writes ``ended`` to the
 ranks it stops waiting for, so they can tell that from a crash. A connection must first present
-the cluster's token (from the scheduler file, readable by the owner only).
+the cluster's token (from the scheduler file, readable by the owner only), its rank and host.
+
+Both ends turn on TCP keepalive: a node that dies without closing its connections (power lost,
+kernel panic) is noticed within ``KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL`` s,
+however busy the processes at either end are (the kernels answer the probes).
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ import socket
 from collections.abc import Callable
 
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
+BYE = b"bye\n"  # a rank to rank 0 as it ends on its own (its workers retired or stopped)
+KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 3  # probes unanswered: the peer is gone (25 s in all)
+
+
+def keepalive(conn: socket.socket) -> None:
+    """Have the kernel probe a silent connection and close it when the peer's node is gone."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE),
+        ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL),
+        ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+    ):
+        if hasattr(socket, option):  # Linux; elsewhere the system's defaults
+            conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
 
 
 class Roster:
@@ -31,8 +51,10 @@ class Roster:
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
         self.alive: dict[int, socket.socket] = {}  # rank -> connection
+        self.hosts: dict[int, str] = {}  # rank -> the host it said it runs on
         self._ranks: dict[int, tuple[int, socket.socket]] = {}  # fd -> its rank, connection
-        self.left: set[int] = set()  # ranks that connected, then went
+        self.left: list[int] = []  # ranks that connected, then went, in the order they went
+        self.said_bye: set[int] = set()  # ranks that said they end (not lost)
         self._pending: dict[int, tuple[socket.socket, bytes]] = {}
         self._watch, self._unwatch = watch, unwatch
         watch(self.listener.fileno(), self._accept)
@@ -48,6 +70,7 @@ class Roster:
         except BlockingIOError:
             return
         conn.setblocking(False)
+        keepalive(conn)
         fd = conn.fileno()
         self._pending[fd] = (conn, b"")
         self._watch(fd, lambda: self._read(fd))
@@ -64,9 +87,11 @@ class Roster:
                 self._pending[fd] = (conn, buffer)
                 return
             del self._pending[fd]
-            token, _, rank = buffer.decode(errors="replace").strip().partition(" ")
+            token, _, rest = buffer.decode(errors="replace").strip().partition(" ")
+            rank, _, host = rest.partition(" ")
             if data and hmac.compare_digest(token, self.token) and rank.isdigit():
                 self.alive[int(rank)] = conn
+                self.hosts[int(rank)] = host or "?"
                 self._ranks[fd] = (int(rank), conn)
                 return
             self._drop(fd, conn)
@@ -75,15 +100,25 @@ class Roster:
             return
         rank, conn = self._ranks[fd]
         try:
-            if conn.recv(256):
-                return  # ranks send nothing more; ignore
+            data = conn.recv(256)
+            if data:
+                if BYE in data:
+                    self.said_bye.add(rank)
+                return
         except BlockingIOError:
             return
+        except OSError:  # reset, or the keepalive probes went unanswered
+            pass
         del self._ranks[fd]
         if self.alive.get(rank) is conn:
             del self.alive[rank]
-            self.left.add(rank)
+            self.left.append(rank)
         self._drop(fd, conn)
+
+    @property
+    def lost(self) -> list[int]:
+        """Ranks that went without saying so: killed, or their node died."""
+        return [rank for rank in self.left if rank not in self.said_bye]
 
     def say_ended(self) -> None:
         """Tell the ranks still connected that rank 0 ends without them (best effort)."""
@@ -109,9 +144,10 @@ class Roster:
 
 
 def join(address: str, token: str, rank: int, timeout: float) -> socket.socket:
-    """A worker rank's side: connect to rank 0's roster and say who we are."""
+    """A worker rank's side: connect to rank 0's roster and say who and where we are."""
     host, _, port = address.rpartition(":")
     conn = socket.create_connection((host, int(port)), timeout=timeout)
-    conn.sendall(f"{token} {rank}\n".encode())
+    keepalive(conn)
+    conn.sendall(f"{token} {rank} {socket.gethostname()}\n".encode())
     conn.setblocking(False)
     return conn

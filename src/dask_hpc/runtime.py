@@ -14,6 +14,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from . import children, nanny_host, roster, security
 from .banner import ready_message
@@ -23,6 +24,7 @@ from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
+EXIT_RANK_LOST = 5  # rank 0, with --abort-on-node-loss: a rank was lost while the cluster ran
 
 
 def exit_status(wait_status: int) -> int:
@@ -56,8 +58,27 @@ def run(plan: Plan, host: nanny_host.NannyHost | None = None) -> int:
     """Run this rank: ``host``, its nanny host if ``nanny_host.start`` already forked it."""
     for note in plan.notes:
         say(note)
-    rank = FirstRank if plan.runs_scheduler else WorkerRank
-    return rank(plan, host).run()
+    if not plan.runs_scheduler:
+        return WorkerRank(plan, host).run()
+    status = 1
+    try:
+        status = FirstRank(plan, host).run()
+        return status
+    except UsageError as error:
+        status = error.exit_code
+        raise
+    finally:
+        if plan.exit_status_file:
+            write_exit_status(plan.exit_status_file, status)
+
+
+def write_exit_status(path: str, status: int) -> None:
+    """Rank 0's exit status, for a job script whose launcher does not report it (Open MPI
+    with --enable-recovery exits 0 whatever its ranks' statuses)."""
+    try:
+        Path(path).write_text(f"{status}\n")
+    except OSError as error:
+        say(f"cannot write the exit status to {path}: {error.strerror}")
 
 
 class Rank:
@@ -133,6 +154,7 @@ class FirstRank(Rank):
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
         self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roster: roster.Roster | None = None
+        self.lost_reported = 0  # how many of the roster's lost ranks were reported
 
     def _on_events(self, data: bytes) -> None:
         self._buffer += data
@@ -299,11 +321,33 @@ class FirstRank(Rank):
             f"{plan.timeout:g} s; {which}"
         )
 
+    def _lost_ranks(self) -> list[int]:
+        """Ranks lost (killed, or their node died) since the last call, each said once."""
+        if self.roster is None or self.stopping:
+            return []
+        lost = self.roster.lost[self.lost_reported :]
+        self.lost_reported += len(lost)
+        for rank in lost:
+            where = f"rank {rank} on {self.roster.hosts.get(rank, '?')}"
+            if self.plan.abort_on_node_loss:
+                say(f"error: {where} was lost (killed, or its node died): stopping the cluster")
+            else:
+                say(
+                    f"warning: {where} was lost (killed, or its node died): the cluster goes "
+                    "on without its workers, Dask recomputes what they held"
+                )
+        return lost
+
     def _until_done(self) -> int:
         status = 0
         while True:
             self.sup.poll(1.0)
             self._handle_exits()
+            if self._lost_ranks() and self.plan.abort_on_node_loss:
+                if self.command and self.command.poll() is None:
+                    self.command.terminate()
+                    self._wait_command(SHUTDOWN_GRACE)
+                return self._shutdown(EXIT_RANK_LOST)
             if self.sup.signals:
                 sig = self.sup.signals[0]
                 say(f"received signal {sig}: shutting down")
@@ -400,6 +444,7 @@ class WorkerRank(Rank):
     """Any other rank: wait for the scheduler file, start workers, run until told to stop."""
 
     rank0_lost = False
+    roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
         plan = self.plan
@@ -433,6 +478,11 @@ class WorkerRank(Rank):
             self.start_workers(info.address, info.tls)
             return self._until_done(info)
         finally:
+            if self.roster_fd is not None:  # ending on its own: rank 0 must not report it lost
+                try:
+                    os.write(self.roster_fd, roster.BYE)
+                except OSError:
+                    pass
             if self.sup.children:
                 self.sup.signal_all(signal.SIGKILL)
                 self.sup.wait_all(10)
@@ -452,7 +502,7 @@ class WorkerRank(Rank):
         # closed it, at the end of run(), rank 0 could exit with COMMAND's non-zero status
         # while this rank was still shutting down its interpreter, and `srun
         # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
-        os.dup(conn.fileno())
+        self.roster_fd = os.dup(conn.fileno())
 
         ended = False  # rank 0 said it ends without waiting for this rank any longer
 

@@ -137,7 +137,8 @@ def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
 
 # Every process of a cluster runs our own Python and OpenSSL, so nothing needs TLS 1.2: TLS 1.3
 # only (AEAD ciphers, a 1-RTT handshake). Dask's setting (distributed.comm.tls.min-version).
-# Its throughput is the same as TLS 1.2's with any AEAD cipher (benchmarks/transfer.py, README).
+# Its throughput is the same as TLS 1.2's with any AEAD cipher (benchmarks/transfer.py,
+# docs/performance.md).
 TLS_MIN_VERSION = "1.3"
 
 

@@ -123,7 +123,21 @@ def test_local_builds_offline_from_host_made_pieces() -> None:
     assert "Bootstrap: localimage" in text
     assert "--no-index --find-links /opt/dask-hpc/wheels" in text
     assert "http" not in text.replace("https://github.com", "")  # no mirror written down
-    assert set(build_args(load_target("local"), REPO)) == {"base", "wheels"}
+    assert set(build_args(load_target("local"), REPO)) == {"base", "wheels", "dask_hpc_version"}
+
+
+@pytest.mark.parametrize("name", [*SITES, "local"])
+def test_the_version_is_a_build_argument_from_git(name: str) -> None:
+    """Labels and the dask-hpc inside say the version git gives this tree; none is written
+    into the committed definition, which would be stale after every commit."""
+    from dask_hpc_deploy.versions import source_version
+
+    text = definition(name)
+    assert "org.dask-hpc.version {{ dask_hpc_version }}" in text
+    assert "dask_hpc_version=" not in text  # no default: a build without it stops
+    assert build_args(load_target(name), REPO)["dask_hpc_version"] == source_version()
+    if name != "local":  # the Spack stack installs dask-hpc as that version
+        assert '"py-dask-hpc@={{ dask_hpc_version }}"' in text
 
 
 @pytest.mark.parametrize("name", [*SITES, "local"])

@@ -10,8 +10,11 @@ from pathlib import Path
 import pytest
 from build_support import REPO, require_apptainer, require_sidroot
 
+from dask_hpc_deploy.versions import pinned_version, source_version
+
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(900)]
 
+DASK_VERSIONS = "import dask, distributed; print(dask.__version__, distributed.__version__)"
 PI_LINE = r"pi ~= 3\.1\d+ \(error [^)]*\) from \d+ samples on {n} worker\(s\) using numpy"
 
 
@@ -34,7 +37,19 @@ def test_image_passes_its_own_test(run_cmd, local_image: Path) -> None:
 def test_labels_environment_and_runscript(run_cmd, local_image: Path) -> None:
     labels = run_cmd([require_apptainer(), "inspect", "--labels", str(local_image)]).check()
     assert re.search(r"^org\.dask-hpc\.site: local$", labels.stdout, re.M), labels.stdout
-    assert re.search(r"^org\.dask-hpc\.version: \d", labels.stdout, re.M)
+    # the version git gives this tree, as the dask-hpc inside says it and pip installed it
+    version = source_version(REPO)
+    assert re.search(rf"^org\.dask-hpc\.version: {re.escape(version)}$", labels.stdout, re.M), (
+        labels.stdout
+    )
+    dask = re.escape(pinned_version("dask"))  # constraints.txt's
+    assert re.search(rf"^org\.dask-hpc\.dask: {dask}$", labels.stdout, re.M), labels.stdout
+    inside = run_cmd([require_apptainer(), "exec", str(local_image), "start-cluster", "--version"])
+    assert inside.check().stdout.strip() == f"dask-hpc {version}"
+    pins = run_cmd(
+        [require_apptainer(), "exec", str(local_image), "python", "-c", DASK_VERSIONS]
+    ).check()
+    assert pins.stdout.split() == [pinned_version("dask"), pinned_version("distributed")]
     env = run_cmd([require_apptainer(), "inspect", "--environment", str(local_image)]).check()
     assert "PYTHONNOUSERSITE=1" in env.stdout
     assert not re.search(

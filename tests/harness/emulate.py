@@ -65,6 +65,7 @@ def emulated_pals(
     depth: int = 1,
     ncpus: int = 208,
     extra_env: Mapping[str, str] | None = None,
+    hydra_args: Sequence[str] = (),
 ) -> list[str]:
     """EMULATED HPE PALS ``mpiexec -n N --ppn P`` inside a PBS Pro job (Aurora, Polaris).
 
@@ -73,21 +74,31 @@ def emulated_pals(
     ``PALS_APINFO``, ``PMI_RANK``, ``PMI_SIZE``, ``PMI_LOCAL_RANK``, ``PMI_LOCAL_SIZE``,
     ``PMI_UNIVERSE_SIZE``, ``PMI_JOBID``, ``PMI_CONTROL_PORT``, ``PMI_SHARED_SECRET`` (and
     hydra's ``PMI_FD``); hydra's ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS`` are removed.
+    ``hydra_args``: options of the hydra ``mpiexec`` underneath (what it does on a rank's
+    failure is hydra's, not PALS's).
     """
     wd = Path(workdir)
     hosts = aurora_hosts(nodes)
     env = pbs_job_env(wd, hosts, jobid, ncpus)
-    ranks_env, launcher = pals_ranks(wd, hosts, nodes * ppn, ppn, depth=depth)
+    ranks_env, launcher = pals_ranks(
+        wd, hosts, nodes * ppn, ppn, depth=depth, hydra_args=hydra_args
+    )
     env.update(ranks_env)
     env.update(extra_env or {})
     return [*_env_prefix(env), *launcher]
 
 
 def pals_ranks(
-    workdir: Path, hosts: Sequence[str], n: int, ppn: int, *, depth: int = 1
+    workdir: Path,
+    hosts: Sequence[str],
+    n: int,
+    ppn: int,
+    *,
+    depth: int = 1,
+    hydra_args: Sequence[str] = (),
 ) -> tuple[dict[str, str], list[str]]:
     """PALS ``mpiexec -n N --ppn P`` over ``hosts``: the variables the per-rank shim reads, and
-    the argv prefix (MPICH hydra, fork launcher, then ``bin/pals-rank``)."""
+    the argv prefix (MPICH hydra, fork launcher, ``hydra_args``, then ``bin/pals-rank``)."""
     spool = workdir / "pals-spool"
     spool.mkdir(parents=True, exist_ok=True)
     (spool / "apinfo").write_bytes(b"")
@@ -98,7 +109,7 @@ def pals_ranks(
         "DASK_HPC_EMU_DEPTH": str(depth),
         "DASK_HPC_EMU_SPOOL": str(spool),
     }
-    return env, [*mpich(n, hosts=hosts, ppn=ppn), str(PALS_RANK)]
+    return env, [*mpich(n, hosts=hosts, ppn=ppn, extra=hydra_args), str(PALS_RANK)]
 
 
 def summit_hosts(nodes: int) -> list[str]:

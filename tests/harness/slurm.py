@@ -60,7 +60,7 @@ KillOnBadExit={kill_on_bad_exit}
 UnkillableStepTimeout={unkillable_timeout}
 MessageTimeout=10
 SlurmctldTimeout=30
-SlurmdTimeout=30
+SlurmdTimeout={slurmd_timeout}
 InactiveLimit=0
 MinJobAge=3600
 WaitTime=0
@@ -94,6 +94,7 @@ class SlurmCluster:
         unkillable_timeout: int = 20,
         extra_conf: str = "",
         partitions: Mapping[str, str] | None = None,
+        slurmd_timeout: int = 30,
     ) -> None:
         self.root = Path(workdir).resolve()
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
@@ -102,6 +103,7 @@ class SlurmCluster:
         self.kill_wait = kill_wait
         self.kill_on_bad_exit = kill_on_bad_exit
         self.unkillable_timeout = unkillable_timeout
+        self.slurmd_timeout = slurmd_timeout  # a node silent this long is DOWN (node failure)
         self.extra_conf = extra_conf
         self.partitions = dict(partitions or {})  # more partitions: name -> their options
         self.conf_path = self.root / "slurm.conf"
@@ -140,6 +142,7 @@ class SlurmCluster:
             kill_wait=self.kill_wait,
             kill_on_bad_exit=self.kill_on_bad_exit,
             unkillable_timeout=self.unkillable_timeout,
+            slurmd_timeout=self.slurmd_timeout,
             extra=self.extra_conf,
             nodes=node_lines,
             partition=self.partition,

@@ -176,13 +176,14 @@ make_rootfs debian12 bookworm "$debian_mirror" "" & pids+=($!)
 wheels() {
   # wheels PYVER: binary wheels of dask-hpc's dependencies for CPython PYVER on x86_64 Linux.
   local ver=$1 dest="$CACHE/wheels/cp${1/./}" stamp
-  stamp="$(sha256sum "$repo/pyproject.toml" | cut -c1-16)"
+  stamp="$(cat "$repo/pyproject.toml" "$repo/constraints.txt" | sha256sum | cut -c1-16)"
   [ -f "$dest/.stamp-$stamp" ] && return 0
   log "wheels for Python $ver"
   rm -rf "$dest"; mkdir -p "$dest"
   pip download -q --only-binary=:all: --python-version "$ver" --implementation cp \
     --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
-    --platform manylinux_2_28_x86_64 -d "$dest" "$repo" 2>&1 | { grep -v 'is ignored' >&2 || true; }
+    --platform manylinux_2_28_x86_64 -c "$repo/constraints.txt" -d "$dest" "$repo" 2>&1 \
+    | { grep -v 'is ignored' >&2 || true; }  # the test environment's exact Dask
   rm -f "$dest"/dask_hpc-*   # the role gets the project's own wheel separately
   local round extra
   for round in 1 2 3; do

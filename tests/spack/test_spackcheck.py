@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def repo(tmp_path: Path) -> Path:
     """A copy of everything the checks read, to break on purpose."""
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy(ROOT / "constraints.txt", tmp_path / "constraints.txt")
     shutil.copy(ROOT / "spack.yaml", tmp_path / "spack.yaml")
     shutil.copytree(
         ROOT / "spack",
@@ -226,8 +227,9 @@ def _pin_in_site(r: Path) -> None:
     )
 
 
-def _recipe_version(r: Path) -> None:
-    edit(r / "pyproject.toml", 'version = "0.1.0"', 'version = "0.2.0"')
+def _dask_hpc_pinned(r: Path) -> None:
+    pinned = "packages:\n  py-dask-hpc:\n    require: ['@0.1.0']\n"
+    edit(r / "spack" / "common.yaml", "packages:\n", pinned)
 
 
 def _recipe_class(r: Path) -> None:
@@ -241,8 +243,8 @@ def _recipe_class(r: Path) -> None:
 def _recipe_dep_pin(r: Path) -> None:
     edit(
         spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-        'depends_on("py-distributed@2026.7.1")',
-        'depends_on("py-distributed@2026.3.0")',
+        'depends_on("py-distributed@2026.7.0:2026.8")',
+        'depends_on("py-distributed@2026.3.0:2026.8")',
     )
 
 
@@ -329,9 +331,13 @@ def _broken_yaml(r: Path) -> None:
         (_unknown_package, "unknown package 'py-dpnp'"),
         (_aurora_no_dpnp, "must list dpnp"),
         (_pin_in_site, "sets packages:py-dask: the pins live only in spack/common.yaml"),
-        (_recipe_version, "lack pyproject.toml's 0.2.0"),
+        (_dask_hpc_pinned, "packages:py-dask-hpc:require: its version comes from git"),
         (_recipe_class, "Spack expects class PyDaskHpc"),
-        (_recipe_dep_pin, "pyproject.toml pins distributed==2026.7.1"),
+        (
+            _recipe_dep_pin,
+            "distributed range ['2026.3.0:2026.8'], pyproject.toml's "
+            "distributed>=2026.7.0,<2026.9 is @2026.7.0:2026.8",
+        ),
         (_recipe_missing_dep, "no depends_on('py-psutil...')"),
         (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
         (_bokeh_range, "bokeh range ['3.1:'], pyproject.toml's bokeh>=3.1,<3.10 is @3.1:3.9"),
@@ -353,9 +359,26 @@ def test_broken_copy_is_rejected(repo: Path, breaker: Breaker, message: str) -> 
     assert message in problems(repo)
 
 
-def test_pyproject_pin_change_is_caught(repo: Path) -> None:
-    """Bumping dask in pyproject.toml alone leaves Spack behind: rejected."""
-    edit(repo / "pyproject.toml", "==2026.7.1", "==2026.9.0", count=2)
+def test_constraints_pin_change_is_caught(repo: Path) -> None:
+    """Bumping the images' Dask in constraints.txt alone leaves Spack behind: rejected."""
+    edit(repo / "constraints.txt", "==2026.7.1", "==2026.8.0", count=2)
     found = problems(repo)
-    assert "py-dask pinned to 2026.7.1, pyproject.toml pins dask==2026.9.0" in found
-    assert "py-distributed pinned to 2026.7.1, pyproject.toml pins distributed==2026.9.0" in found
+    assert "py-dask pinned to 2026.7.1, constraints.txt pins dask==2026.8.0" in found
+
+
+def test_a_pin_outside_the_supported_range_is_caught(repo: Path) -> None:
+    edit(repo / "constraints.txt", "==2026.7.1", "==2026.6.0", count=2)
+    edit(repo / "spack" / "common.yaml", "@2026.7.1", "@2026.6.0", count=2)
+    found = problems(repo)
+    assert (
+        "constraints.txt: dask==2026.6.0 is outside pyproject.toml's dask>=2026.7.0,<2026.9"
+    ) in found
+
+
+def test_the_recipe_must_declare_pyprojects_dask_range(repo: Path) -> None:
+    edit(repo / "pyproject.toml", ">=2026.7.0,<2026.9", ">=2026.6.0,<2026.9", count=2)
+    found = problems(repo)
+    assert (
+        "dask range ['2026.7.0:2026.8'], "
+        "pyproject.toml's dask>=2026.6.0,<2026.9 is @2026.6.0:2026.8"
+    ) in found

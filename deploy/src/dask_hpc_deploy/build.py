@@ -9,12 +9,11 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 
 from dask_hpc.errors import UsageError
 
-from . import definitions
+from . import definitions, versions
 from .targets import Target
 
 ARCH_ALIASES: Mapping[str, str] = {"amd64": "x86_64", "ppc64el": "ppc64le", "arm64": "aarch64"}
@@ -79,20 +78,20 @@ def _work_dir(target: Target, repo: Path) -> Path:
 
 
 def build_args(target: Target, repo: Path) -> dict[str, str]:
-    """The ``--build-arg`` values a build of ``target`` passes (none for the Spack sites)."""
-    if target.stack != "wheels":
-        return {}
-    work = _work_dir(target, repo)
-    return {
-        "base": str(work / f"base-{target.build['debian_suite']}"),
-        "wheels": str(work / "wheels"),
-    }
+    """The ``--build-arg`` values a build of ``target`` passes: dask-hpc's version from git
+    (the image's labels; the Spack stack installs dask-hpc as that version), and for the
+    wheels stack where its base and wheels are."""
+    args = {"dask_hpc_version": versions.source_version(repo)}
+    if target.stack == "wheels":
+        work = _work_dir(target, repo)
+        args["base"] = str(work / f"base-{target.build['debian_suite']}")
+        args["wheels"] = str(work / "wheels")
+    return args
 
 
-def _local_steps(target: Target, repo: Path) -> list[Step]:
+def _local_steps(target: Target, repo: Path, args: Mapping[str, str]) -> list[Step]:
     """Debian base from the host's mirror (cached) and wheels of dask-hpc and its dependencies."""
     build = target.build
-    args = build_args(target, repo)
     base, wheels = Path(args["base"]), Path(args["wheels"])
     steps: list[Step] = []
     if not (base / "usr" / "bin" / "python3").exists():
@@ -117,7 +116,7 @@ def _local_steps(target: Target, repo: Path) -> list[Step]:
             ),
             Step("base ready", ["mv", str(partial), str(base)]),
         ]
-    version = metadata.version("dask-hpc")
+    version = args["dask_hpc_version"]  # the wheel's, built from the same tree
     pyver = str(build["python_version"])
     platforms = [f"--platform=manylinux_2_{n}_x86_64" for n in (36, 35, 34, 31, 28, 27, 24, 17)]
     steps += [
@@ -141,6 +140,8 @@ def _local_steps(target: Target, repo: Path) -> list[Step]:
                 "--platform=manylinux2014_x86_64",
                 "--dest",
                 str(wheels),
+                "--constraint",  # the exact Dask of every image
+                str(repo / versions.CONSTRAINTS),
                 str(wheels / f"dask_hpc-{version}-py3-none-any.whl"),
                 *map(str, build.get("pip_packages") or []),
             ],
@@ -181,8 +182,9 @@ def plan(
     result = BuildPlan(target=target, definition=definition, output=output)
     if foreign:
         result.warnings.append(f"{foreign[0]}: {foreign[1]}")
+    result.build_args = build_args(target, repo)
     if check_tools:  # before anything reads the host (apt sources): the first missing tool
-        base = Path(build_args(target, repo).get("base", "/nonexistent"))
+        base = Path(result.build_args.get("base", "/nonexistent"))
         fresh = target.stack == "wheels" and not (base / "usr" / "bin" / "python3").exists()
         needed = ["apptainer"] + (["debootstrap"] if fresh else [])
         for tool in needed:
@@ -194,8 +196,8 @@ def plan(
             raise UsageError(
                 f"no Spack environment {env.relative_to(repo)}", "the image's stack comes from it"
             )
-    elif target.stack == "wheels":
-        result.build_args, result.steps = build_args(target, repo), _local_steps(target, repo)
+    if target.stack == "wheels":
+        result.steps = _local_steps(target, repo, result.build_args)
     argv = ["apptainer", "build", *map(str, target.build.get("build_flags") or [])]
     argv += ["--force"] if force else []
     for key, value in result.build_args.items():

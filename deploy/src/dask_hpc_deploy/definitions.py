@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from importlib import metadata
 from pathlib import Path
 
 import yaml
 
 from .targets import PACKAGE_MANAGERS, REPO, Target
 from .templating import template
+from .versions import pinned_version
 
 INDENT = "    "
 
@@ -59,17 +58,8 @@ def _tests(build: Mapping[str, object]) -> str:
     return _lines(lines)
 
 
-def pinned_version(dist: str) -> str:
-    """The version dask-hpc pins ``dist`` to (``dist==X`` in its requirements), else ``any``."""
-    for req in metadata.requires("dask-hpc") or []:
-        m = re.match(rf"{re.escape(dist)}(\[[^\]]*\])?\s*==\s*([^;\s,]+)", req)
-        if m:
-            return m.group(2)
-    return "any"
-
-
 def launch_example(target: Target) -> str:
-    """The site's launcher running one container per rank (for %help and the README)."""
+    """The site's launcher running one container per rank (for %help and the docs)."""
     from dask_hpc.batch.script import launch_command  # the launcher data lives there
     from dask_hpc.sites import all_sites
 
@@ -102,7 +92,6 @@ def render(target: Target) -> str:
     manager = str(build.get("package_manager", "apt"))
     stack_script = template(str(stack["script"])).substitute(
         name=target.name,
-        version=metadata.version("dask-hpc"),
         pip_packages=" ".join(str(p) for p in build.get("pip_packages") or []),
     )
     gpu_flag = target.gpu_flag + " " if target.gpu_flag else ""
@@ -119,7 +108,6 @@ def render(target: Target) -> str:
         stack=stack_script.rstrip("\n"),
         runtime_packages=_install(manager, list(build.get("runtime_packages") or [])),
         tests=_tests(build),
-        version=metadata.version("dask-hpc"),
         dask_version=pinned_version("dask"),
         gpu_runtime=build.get("gpu_runtime", "none"),
         arch=target.arch,

@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from packaging.specifiers import SpecifierSet
+
+from . import versions
 
 #: The environments: one per build target (``containers/<name>.yaml``), same name.
 SITE_ENVS: tuple[str, ...] = (
@@ -42,6 +45,9 @@ STACK = ("py-dask-hpc", "py-dask", "py-distributed", "py-bokeh", "py-numpy")
 #: pyproject.toml dependencies with a version range (not an == pin) that Spack must
 #: express identically: (PyPI name, Spack name).
 RANGED = (("bokeh", "py-bokeh"),)
+#: Ranged in pyproject.toml and in our py-dask-hpc recipe, pinned exactly in spack/common.yaml
+#: (as in constraints.txt): what dask-hpc supports vs what the images run.
+RECIPE_RANGED = (*RANGED, ("dask", "py-dask"), ("distributed", "py-distributed"))
 
 #: Spack virtual packages and the ``all`` pseudo-package, valid as ``packages:`` keys.
 VIRTUALS = frozenset({"all", "c", "cxx", "fortran", "mpi", "blas", "lapack"})
@@ -133,7 +139,7 @@ def spack_range_for(pip_spec: str) -> str | None:
 
 
 def pyproject_info(root: Path) -> dict[str, Any]:
-    """Version, dependency names and pins from pyproject.toml."""
+    """Dependency names and specifiers from pyproject.toml, exact pins from constraints.txt."""
     text = (root / "pyproject.toml").read_text(encoding="utf-8")
     try:
         import tomllib
@@ -143,9 +149,7 @@ def pyproject_info(root: Path) -> dict[str, Any]:
         project = tomllib.loads(text)["project"]
         deps: list[str] = project["dependencies"]
         extras: dict[str, list[str]] = project.get("optional-dependencies", {})
-        version: str = project["version"]
     else:  # pragma: no cover - only on 3.10
-        version = re.search(r'^version\s*=\s*"([^"]+)"', text, re.M).group(1)  # type: ignore
         deps = re.findall(
             r'^\s*"([^"]+)",?\s*$', text.split("dependencies", 1)[1].split("]")[0], re.M
         )
@@ -163,8 +167,9 @@ def pyproject_info(root: Path) -> dict[str, Any]:
         exact = re.match(r"==\s*([0-9][0-9A-Za-z.*]*)$", m.group(3).strip())
         if exact:
             pins[name] = exact.group(1)
+    if (root / versions.CONSTRAINTS).is_file():
+        pins.update(versions.pins(root))
     return {
-        "version": version,
         "requirements": names,
         "full": full,
         "pins": pins,
@@ -368,11 +373,6 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
             )
     hpc = recipes.get("py_dask_hpc")
     if hpc is not None:
-        if py["version"] not in hpc["versions"]:
-            problems.append(
-                f"py-dask-hpc recipe versions {sorted(hpc['versions'])} lack "
-                f"pyproject.toml's {py['version']}"
-            )
         deps = {n: s for s in hpc["depends"] for n in spec_names(s)[:1]}
         for req in py["runtime"]:
             if f"py-{req}" not in deps:
@@ -380,15 +380,7 @@ def check_repo(root: Path, py: dict[str, Any], pin: str | None) -> tuple[list[st
                     f"py-dask-hpc recipe: no depends_on('py-{req}...') for "
                     f"pyproject.toml's dependency {req!r}"
                 )
-        for req in ("dask", "distributed"):
-            if req in py["pins"] and f"py-{req}" in deps:
-                got = _PIN.search(deps[f"py-{req}"])
-                if not got or got.group(1) != py["pins"][req]:
-                    problems.append(
-                        f"py-dask-hpc recipe: depends_on({deps[f'py-{req}']!r}) "
-                        f"but pyproject.toml pins {req}=={py['pins'][req]}"
-                    )
-        for name, spack_name in RANGED:
+        for name, spack_name in RECIPE_RANGED:
             if spack_name in deps:
                 found = [m.group(1) for m in [_RANGE.search(deps[spack_name])] if m]
                 problems += _range_problems(
@@ -454,8 +446,13 @@ def check_common(root: Path, py: dict[str, Any]) -> tuple[list[str], str | None]
         if spack_name in pins and want != pins[spack_name]:
             problems.append(
                 f"{common_path}: {spack_name} pinned to {pins[spack_name]}, "
-                f"pyproject.toml pins {name}=={want}"
+                f"{versions.CONSTRAINTS} pins {name}=={want}"
             )
+    if scopes.requires("py-dask-hpc"):
+        problems.append(
+            f"{common_path}: packages:py-dask-hpc:require: its version comes from git (the "
+            "image build's develop spec, build argument dask_hpc_version), not a pin"
+        )
     for name, spack_name in RANGED:
         problems += _range_problems(
             f"{common_path}: packages:{spack_name}:require",
@@ -801,12 +798,18 @@ def check(root: Path) -> None:
     """Run every check on the repository at ``root``; raise SpackCheckError on problems."""
     problems: list[str] = []
     py = pyproject_info(root)
+    where = root / versions.CONSTRAINTS
     for name in ("dask", "distributed"):
         if name not in py["pins"]:
-            problems.append(f"{root}/pyproject.toml: {name} is not pinned with ==")
+            problems.append(f"{where}: {name} is not pinned with ==")
+        elif py["pins"][name] not in SpecifierSet(py["requirements"].get(name, "")):
+            problems.append(
+                f"{where}: {name}=={py['pins'][name]} is outside pyproject.toml's "
+                f"{name}{py['requirements'].get(name)}"
+            )
     if py["pins"].get("dask") != py["pins"].get("distributed"):
         problems.append(
-            f"{root}/pyproject.toml: dask {py['pins'].get('dask')} and distributed "
+            f"{where}: dask {py['pins'].get('dask')} and distributed "
             f"{py['pins'].get('distributed')} are pinned differently"
         )
     common_problems, pin = check_common(root, py)

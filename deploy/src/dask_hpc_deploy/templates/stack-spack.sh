@@ -8,7 +8,7 @@
     . /opt/spack/share/spack/setup-env.sh
     env=/opt/dask-hpc/spack/envs/@{name}
     spack -e "$env" config add "config:install_tree:root:/opt/dask-hpc/store"
-    spack -e "$env" develop --no-clone --path /opt/dask-hpc/src "py-dask-hpc@=@{version}"
+    spack -e "$env" develop --no-clone --path /opt/dask-hpc/src "py-dask-hpc@={{ dask_hpc_version }}"
     spack -e "$env" concretize -f
     spack -e "$env" install --fail-fast -j "$(nproc)"
     spack -e "$env" gc -y

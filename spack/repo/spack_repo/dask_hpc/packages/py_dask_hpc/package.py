@@ -10,19 +10,29 @@ class PyDaskHpc(PythonPackage):
 
     license("BSD-3-Clause")
 
-    # Keep in step with pyproject.toml (tests/spack checks it).
+    # The image build develops this package from its source tree at the version git gives it
+    # (``spack develop py-dask-hpc@=VERSION``, VERSION from setuptools-scm); this one is only
+    # the first release's number, for a build from an archive.
     version("0.1.0")
 
     variant("jupyter", default=False, description="Install JupyterLab for notebooks")
 
     depends_on("python@3.10:", type=("build", "run"))
     depends_on("py-setuptools@68:", type="build")
+    depends_on("py-setuptools-scm@8:", type="build")
 
+    # pyproject.toml's supported range (tests/spack checks it); spack/common.yaml pins one
+    # release inside it for the images.
     with default_args(type=("build", "run")):
-        depends_on("py-dask@2026.7.1 +distributed")
-        depends_on("py-distributed@2026.7.1")
+        depends_on("py-dask@2026.7.0:2026.8 +distributed")
+        depends_on("py-distributed@2026.7.0:2026.8")
         depends_on("py-bokeh@3.1:3.9")
         depends_on("py-cryptography@41:")
         depends_on("py-psutil@5.9:")
         depends_on("py-pyyaml@6:")
         depends_on("py-jupyterlab@4:", when="+jupyter")
+
+    def setup_build_environment(self, env):
+        # The source tree is copied without .git: setuptools-scm takes the version from here,
+        # which is the one git gave the develop spec.
+        env.set("SETUPTOOLS_SCM_PRETEND_VERSION_FOR_DASK_HPC", str(self.spec.version))

@@ -1,0 +1,223 @@
+"""Sphinx directives that write reference tables from the code, so they cannot drift from it.
+
+They write Markdown (MyST), which the page they sit in parses: every page here is Markdown.
+
+- ``start-cluster-options``: every option of ``start-cluster``, from its argparse parser
+  (``dask_hpc.cli.build_parser``), group by group, with the help text it prints.
+- ``start-cluster-usage``: the usage line and the examples of ``start-cluster --help``.
+- ``hpc-config``: the ``hpc.*`` dask config keys, their defaults and comments (``hpc.yaml``).
+- ``launcher-table``: the launchers start-cluster recognizes (``dask_hpc.launchers``).
+- ``site-table``: the site profiles (``src/dask_hpc/sites/*.yaml``).
+- ``module-map``: the modules of ``src/dask_hpc`` with the first paragraph of their docstrings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import re
+from pathlib import Path
+
+from docutils import nodes
+from docutils.parsers.rst import Directive
+from docutils.statemachine import StringList
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "dask_hpc"
+
+
+def _escape(text: str) -> str:
+    """Plain text for a Markdown table cell: markup characters escaped."""
+    return re.sub(r"([\\`*_|<\[\]])", r"\\\1", " ".join(text.split()))
+
+
+def _literal(text: str) -> str:
+    return "`" + text.replace("|", "\\|") + "`"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines + [""]
+
+
+class _Generated(Directive):
+    """A directive whose body is reStructuredText made by :meth:`lines`."""
+
+    has_content = False
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self) -> list[nodes.Node]:
+        container = nodes.container()
+        self.state.nested_parse(StringList(self.lines(), source=type(self).__name__), 0, container)
+        return container.children
+
+
+def option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, list[list[str]]]]:
+    """(group title, rows of option / argument / help) for every group with options."""
+    groups = []
+    for group in parser._action_groups:  # argparse keeps no public list of its groups
+        rows = []
+        for action in group._group_actions:
+            if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+                continue
+            names = ", ".join(_literal(s) for s in action.option_strings) or _literal(
+                str(action.metavar or action.dest)
+            )
+            if action.nargs == 0:
+                argument = ""
+            elif not action.option_strings:
+                argument = ""  # a positional: its name is its argument
+            elif action.choices:
+                argument = _literal("{" + ",".join(map(str, action.choices)) + "}")
+            else:
+                argument = _literal(str(action.metavar or action.dest.upper()))
+            help_text = (action.help or "").replace("%%", "%")
+            if isinstance(action, argparse._VersionAction):
+                help_text = "print the version (from the git tag) and exit"
+            rows.append([names, argument, _escape(help_text)])
+        if rows:
+            title = {"positional arguments": "arguments", "options": "general"}.get(
+                group.title or "", group.title or ""
+            )
+            groups.append((title, rows))
+    return groups
+
+
+class StartClusterOptions(_Generated):
+    def lines(self) -> list[str]:
+        from dask_hpc.cli import build_parser
+
+        out: list[str] = []
+        for title, rows in option_rows(build_parser()):
+            out += [f"```{{rubric}} {title}", "```", ""]
+            out += _table(["option", "argument", "what"], rows)
+        return out
+
+
+class StartClusterUsage(_Generated):
+    def lines(self) -> list[str]:
+        from dask_hpc.cli import build_parser
+
+        parser = build_parser()
+        text = f"usage: {parser.usage}\n\n{parser.description}\n\n{parser.epilog}"
+        return ["```text", *text.rstrip().splitlines(), "```", ""]
+
+
+def config_rows(path: Path) -> list[list[str]]:
+    """key / default / comment rows of ``hpc.yaml`` (a comment may go on over later lines)."""
+    rows: list[list[str]] = []
+    for line in path.read_text().splitlines():
+        entry = re.match(r"^  ([a-z-]+):\s*(.*?)\s*(?:#\s*(.*))?$", line)
+        more = re.match(r"^\s+#\s*(.*)$", line)
+        if entry:
+            key, default, comment = entry.groups()
+            rows.append([f"hpc.{key}", default.strip('"') or "", comment or ""])
+        elif more and rows:
+            rows[-1][2] += " " + more.group(1)
+    return rows
+
+
+class HpcConfig(_Generated):
+    def lines(self) -> list[str]:
+        rows = [
+            [_literal(key), _literal(default), _escape(comment)]
+            for key, default, comment in config_rows(SRC / "hpc.yaml")
+        ]
+        return _table(["key", "default", "what"], rows)
+
+
+def package_imports(tree: ast.Module, modules: set[str]) -> list[str]:
+    """The package's own modules that a module imports (at the top or inside a function)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            if node.module:
+                found.add(node.module.split(".")[0])
+            else:
+                found.update(alias.name for alias in node.names if alias.name in modules)
+    return sorted(found & modules)
+
+
+class LauncherTable(_Generated):
+    def lines(self) -> list[str]:
+        from dask_hpc.launchers import LAUNCHERS, NONE
+
+        rows = [
+            [
+                _literal(launcher.name),
+                _escape(launcher.description),
+                ", ".join(_literal(v) for v in launcher.rank) or "(one process)",
+            ]
+            for launcher in (*LAUNCHERS, NONE)
+        ]
+        return _table(["`--launcher`", "what", "its rank, read from"], rows)
+
+
+def site_rows(sites: Path) -> list[list[str]]:
+    import yaml
+
+    rows = []
+    for path in sorted(sites.glob("*.yaml")):
+        site = yaml.safe_load(path.read_text())
+        gpu = site.get("gpu") or {}
+        tiles = f" x {gpu['tiles']} tiles" if (gpu.get("tiles") or 1) > 1 else ""
+        if gpu.get("count"):
+            gpus = f"{gpu['count']} {gpu['vendor']}{tiles}"
+        else:
+            gpus = "detected" if gpu.get("vendor") else ""
+        retired = f" (retired {site['retired']})" if site.get("retired") else ""
+        value = {key: site.get(key) for key in ("network_interface", "local_directory")}
+        value["scheduler_directory"] = site.get("scheduler_directory")
+        rows.append(
+            [
+                _literal(site["name"]),
+                _escape(f"{site.get('batch_system')} / {site.get('launcher')}"),
+                _escape(gpus),
+                *(_literal(str(v)) if v else "" for v in value.values()),
+                _escape(site.get("description", "") + retired),
+            ]
+        )
+    return rows
+
+
+class SiteTable(_Generated):
+    def lines(self) -> list[str]:
+        header = ["`--site`", "batch / launcher", "GPUs per node", "interface"]
+        header += ["worker directory", "scheduler directory", "what"]
+        return _table(header, site_rows(SRC / "sites"))
+
+
+def module_rows(package: Path) -> list[list[str]]:
+    """module / what it owns (its docstring's first paragraph) / the package modules it uses."""
+    paths = [
+        p
+        for p in sorted(package.glob("*.py"))
+        if not p.name.startswith("_") or p.name == "__init__.py"  # not _version.py (built)
+    ]
+    paths += sorted(p / "__init__.py" for p in package.iterdir() if (p / "__init__.py").is_file())
+    modules = {p.parent.name if p.name == "__init__.py" else p.stem for p in paths}
+    rows = []
+    for path in paths:
+        tree = ast.parse(path.read_text())
+        first = (ast.get_docstring(tree) or "").split("\n\n")[0]
+        name = path.name if path.parent == package else f"{path.parent.name}/"
+        uses = ", ".join(package_imports(tree, modules - {path.stem}))
+        rows.append([_literal(name), _escape(first), _escape(uses)])
+    return rows
+
+
+class ModuleMap(_Generated):
+    def lines(self) -> list[str]:
+        return _table(["module", "what it owns", "uses"], module_rows(SRC))
+
+
+def setup(app):  # type: ignore[no-untyped-def]
+    app.add_directive("start-cluster-options", StartClusterOptions)
+    app.add_directive("start-cluster-usage", StartClusterUsage)
+    app.add_directive("hpc-config", HpcConfig)
+    app.add_directive("module-map", ModuleMap)
+    app.add_directive("launcher-table", LauncherTable)
+    app.add_directive("site-table", SiteTable)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

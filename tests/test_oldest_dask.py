@@ -1,0 +1,58 @@
+"""The Dask-facing tests a second time, against the oldest Dask that pyproject.toml declares.
+
+They run in the virtual environment tests/setup/oldest_dask.sh builds (that Dask and
+distributed, this checkout editable): the Nanny operations and failures of test_dask_compat
+(local mode and MPICH), test_local, and MPICH's launches in test_launch. dask-cuda's tests stay
+out: dask-cuda 26.10 pins its own Dask (2026.7.1), which the main run covers.
+DASK_VERSION=X runs them against release X instead (after: DASK_VERSION=X bash
+tests/setup/oldest_dask.sh).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+from oldest_dask import oldest_dask
+from support import REPO
+
+CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
+FILES = ["tests/test_dask_compat.py", "tests/test_local.py", "tests/test_launch.py"]
+SELECT = "not cuda and not srun and not sbatch and not openmpi and not emulated"
+
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]
+
+
+def test_dask_facing_tests_pass_on_the_oldest_supported_dask(run_cmd, tagged_env) -> None:
+    version = os.environ.get("DASK_VERSION") or oldest_dask()
+    venv = CACHE / f"dask-{version}-venv"
+    python = venv / "bin" / "python"
+    assert python.is_file(), f"{venv} missing: run tests/setup/oldest_dask.sh"
+    env = {**tagged_env, "PATH": f"{venv / 'bin'}{os.pathsep}{tagged_env['PATH']}"}
+    versions = run_cmd(
+        [
+            str(python),
+            "-c",
+            "import json, dask, distributed, dask_hpc; "
+            "print(json.dumps([dask.__version__, distributed.__version__, dask_hpc.__file__]))",
+        ],
+        env=env,
+    ).check()
+    dask_version, distributed_version, package = json.loads(versions.stdout)
+    assert (dask_version, distributed_version) == (version, version)
+    assert Path(package).is_relative_to(REPO / "src"), package  # this checkout's dask-hpc
+    result = run_cmd(
+        [str(python), "-m", "pytest", *FILES, "-k", SELECT, "-q", "-ra", "-p", "no:cacheprovider"],
+        env=env,
+        cwd=REPO,
+        timeout=840,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-6000:]
+    summary = output.strip().splitlines()[-1]
+    passed = re.search(r"(\d+) passed", summary)
+    assert passed and int(passed.group(1)) >= 15, summary
+    assert not re.search(r"skipped|xfail|error", summary), summary
