@@ -2,7 +2,7 @@
 
 Each job's workers retire themselves before its walltime (Dask's worker lifetime, set per job:
 their data moves to the other workers), and the cluster submits each replacement early enough
-that it is connected by then. One-minute jobs (Slurm's shortest walltime) and 3 min 15 s of
+that it is connected by then. One-minute jobs (Slurm's shortest walltime) and 3 min 5 s of
 computing: every job ends by itself (COMPLETED, status 0, never TIMEOUT), the result is
 right, and no key is lost or computed twice.
 """
@@ -20,7 +20,7 @@ from elastic_support import computed_twice
 pytestmark = pytest.mark.slurm
 
 WALLTIME = 60
-RUN_FOR = 3 * WALLTIME + 15
+RUN_FOR = 3 * WALLTIME + 5
 
 
 @pytest.mark.timeout(RUN_FOR + 240)

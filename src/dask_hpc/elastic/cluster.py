@@ -475,6 +475,12 @@ class HPCCluster(Cluster):
         )
         if info is None:
             raise gone
+        host, _, port = info.address.split("://", 1)[-1].rpartition(":")
+        try:  # a refused connection says it at once (Dask's connect retries it for 30 s)
+            _, writer = await asyncio.wait_for(asyncio.open_connection(host, int(port)), 15)
+            writer.close()
+        except (OSError, asyncio.TimeoutError):
+            raise gone from None
         probe = rpc(info.address, connection_args=self.security.get_connection_args("client"))
         try:
             await asyncio.wait_for(probe.identity(), 15)  # refused connects are retried
