@@ -76,6 +76,7 @@ def test_a_running_cluster_is_scaled_watched_and_closed_from_another_shell(
         (["up", "cpu", "--", "no-such-command"], "command 'no-such-command' not found"),
         (["scale", "/nonexistent.json", "--jobs", "1"], "no running cluster at"),
         (["status", "x.json", "--", "ls"], "only `up` runs a COMMAND"),
+        (["up", "cpu", "--scheduler-file", "/nonexistent/c.json"], "no directory /nonexistent"),
     ],
 )
 def test_bad_input_is_one_line_and_starts_nothing(run_cmd, shell_env, elastic_slurm, argv, said):

@@ -149,11 +149,13 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
 
     if command and not _which(command[0]):
         raise UsageError(f"command {command[0]!r} not found", "check the name, or its path")
+    link = Path(args.scheduler_file).expanduser() if args.scheduler_file else None
+    if link is not None and not link.parent.is_dir():
+        raise UsageError(f"--scheduler-file {link}: no directory {link.parent}", "create it first")
     stop: list[int] = []  # the signals received: close the cluster, then exit 128+N
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
     cluster = HPCCluster(**_cluster_kwargs(args))
-    link = Path(args.scheduler_file).expanduser() if args.scheduler_file else None
     try:
         cluster.remote_control = True
         if link is not None:
