@@ -52,6 +52,7 @@ GOALS = {
     "adapt_idle": "-",
     "loop_cancelled": "0",
     "wall_done": "yes",
+    "wall_fewest": "2",
     "wall_recomputed": "0",
     "wall_killed": "0",
 }
@@ -65,6 +66,7 @@ LABELS = {
     "adapt_idle": "adapt: idle back to 0 jobs (s)",
     "loop_cancelled": "#498: jobs cancelled before connecting / submitted",
     "wall_done": "walltime: 3 min 15 s on 1-minute jobs finished",
+    "wall_fewest": "  fewest workers between rounds (of 2)",
     "wall_recomputed": "  keys computed again / lost",
     "wall_killed": "  jobs killed at the walltime / ended",
 }
@@ -301,8 +303,9 @@ def across_walltimes(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, A
     else:
         cluster.adapt(minimum_jobs=2, maximum_jobs=2)
     client = cluster.get_client()
-    before = {j[0] for j in slurm.jobs()}
+    before = all_job_ids(slurm)
     done = "no"
+    fewest = 2
     try:
         client.wait_for_workers(2, timeout=300)
         x = da.arange(4000, chunks=100).persist()
@@ -314,18 +317,26 @@ def across_walltimes(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, A
                 value = future.result(timeout=120)
                 assert int(value) == int(np.arange(4000).sum()) + rounds * 4000
                 rounds += 1
+                fewest = min(fewest, len(cluster.scheduler.workers))
             done = f"yes ({rounds} rounds)"
         if done == "no":
             done = f"no: stalled after {rounds} rounds"
         lost = 0 if done.startswith("yes") else "?"
-        return {"wall_done": done, "wall_recomputed": f"{recomputed(cluster.scheduler)} / {lost}",
+        return {"wall_done": done, "wall_fewest": fewest,
+                "wall_recomputed": f"{recomputed(cluster.scheduler)} / {lost}",
                 **killed(slurm, before)}
     finally:
         client.close()
         cluster.close()
 
 
+def all_job_ids(slurm: SlurmCluster) -> set[str]:
+    res = slurm.run(["squeue", "-h", "-t", "all", "-o", "%i"], timeout=10)
+    return set(res.stdout.split())
+
+
 def killed(slurm: SlurmCluster, before: set[str]) -> dict[str, str]:
+    """Of the jobs this run submitted: killed at their walltime / ended."""
     res = slurm.run(["squeue", "-h", "-t", "all", "-o", "%i %T"], timeout=10)
     states = [line.split()[1] for line in res.stdout.splitlines()
               if line.split()[0] not in before]
