@@ -15,18 +15,20 @@ from typing import Any
 from invoke import Context, Exit, task
 
 from dask_hpc.errors import UsageError
+from dask_hpc.images import ImageError
 
 REPO = Path(__file__).resolve().parent
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a UsageError into one line on stderr and a non-zero exit, never a traceback."""
+    """Turn a UsageError (or an image refused, ImageError) into one line on stderr and a non-zero
+    exit, never a traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except UsageError as e:
+        except (UsageError, ImageError) as e:
             raise Exit(f"error: {e}", code=e.exit_code) from None
 
     return wrapper
@@ -46,14 +48,23 @@ def _count(option: str, value: str | int) -> int:
         "output": "image file to write (default: dask-hpc-SITE.sif)",
         "dry_run": "validate and print the exact commands, run nothing",
         "force": "overwrite an existing image",
+        "sign_key": "the site's private key (PEM) to sign the image with "
+        "(default: $DASK_HPC_SIGNING_KEY; none: unsigned)",
     }
 )
 @one_line_errors
 def build(
-    c: Context, site: str, output: str = "", dry_run: bool = False, force: bool = False
+    c: Context,
+    site: str,
+    output: str = "",
+    dry_run: bool = False,
+    force: bool = False,
+    sign_key: str = "",
 ) -> None:
-    """Validate a site's Apptainer definition, then build its image with apptainer."""
+    """Validate a site's Apptainer definition, build its image with apptainer, sign it when a
+    key is configured, and record its sha256 in IMAGE.sha256."""
     from dask_hpc_deploy import build as builder
+    from dask_hpc_deploy.registry import signing_key
     from dask_hpc_deploy.targets import load_target
 
     plan = builder.plan(
@@ -62,6 +73,7 @@ def build(
         Path(output) if output else None,
         force=force,
         check_tools=not dry_run,
+        sign_key=signing_key(sign_key),
     )
     for warning in plan.warnings:
         print(f"warning: {warning}", file=sys.stderr)
@@ -70,7 +82,64 @@ def build(
             print(step)
         return
     builder.execute(plan, REPO)
-    print(f"built {plan.output}")
+    signed = f", signed with {plan.sign_key}" if plan.sign_key else ", unsigned"
+    digest = plan.digest_file.read_text().split()[0]
+    print(f"built {plan.output} (sha256 {digest}{signed})")
+
+
+TRUST_HELP = {
+    "key": "the site's public key (PEM) to verify with (default: dask config hpc.image-key)",
+    "no_verify": "do not verify the image's signature (explicit opt-out)",
+    "no_https": "talk to the registry over plain HTTP (a registry on loopback or a site's own)",
+}
+
+
+@task(help={"image": "the image to push (a SIF)", "uri": "oras://REGISTRY/NAME:TAG", **TRUST_HELP})
+@one_line_errors
+def push(
+    c: Context, image: str, uri: str, key: str = "", no_verify: bool = False, no_https: bool = False
+) -> None:
+    """Push an image to an OCI registry (oras://), after checking its recorded sha256 and, with
+    a site key, its signature."""
+    from dask_hpc import images
+    from dask_hpc_deploy import registry
+
+    trust = images.configured_trust(key or None, False if no_verify else None)
+    digest = registry.push(Path(image), uri, trust, no_https=no_https)
+    print(f"pushed {image} (sha256 {digest}) to {uri}")
+
+
+@task(
+    help={
+        "uri": "oras://REGISTRY/NAME:TAG",
+        "output": "image file to write (default: NAME.sif)",
+        "sha256": "the sha256 the image must have (its IMAGE.sha256 from invoke build)",
+        "force": "overwrite an existing image",
+        **TRUST_HELP,
+    }
+)
+@one_line_errors
+def pull(
+    c: Context,
+    uri: str,
+    output: str = "",
+    sha256: str = "",
+    key: str = "",
+    no_verify: bool = False,
+    no_https: bool = False,
+    force: bool = False,
+) -> None:
+    """Pull an image from an OCI registry (oras://); keep it only if it verifies with the site
+    key (and has --sha256), and record its sha256."""
+    from dask_hpc import images
+    from dask_hpc_deploy import registry
+
+    trust = images.configured_trust(key or None, False if no_verify else None)
+    name = uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    target = Path(output or f"{name}.sif")
+    digest = registry.pull(uri, target, trust, sha256, no_https=no_https, force=force)
+    how = f"verified with {trust.key}" if trust.key else "NOT verified (no site key)"
+    print(f"pulled {uri} into {target} (sha256 {digest}, {how})")
 
 
 @task
@@ -117,6 +186,9 @@ def sites(c: Context) -> None:
         "job_name": "job name (default dask-hpc)",
         "log": "job log file (default: the batch system's usual name)",
         "output": "write the script here instead of stdout",
+        "image_key": "the site's public key (PEM): the job verifies the image with it before "
+        "any rank starts (default: dask config hpc.image-key)",
+        "no_verify": "do not verify the image (explicit opt-out)",
     }
 )
 @one_line_errors
@@ -133,6 +205,8 @@ def job(
     job_name: str = "dask-hpc",
     log: str = "",
     output: str = "",
+    image_key: str = "",
+    no_verify: bool = False,
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
     from dask_hpc.batch.script import JobRequest, render
@@ -149,6 +223,8 @@ def job(
         image=image or None,
         job_name=job_name,
         output=log or None,
+        image_key=image_key or None,
+        verify_image=not no_verify,
     )
     text = render(req)
     if output:

@@ -94,7 +94,7 @@ def test_jupyterlab_token_loopback_and_a_kernel_reaches_the_cluster(
     busy.bind(("127.0.0.1", free_ports(1)[0]))
     busy.listen()
     first = busy.getsockname()[1]
-    env = {**cluster_env, "DASK_HPC__JUPYTER_PORT": str(first)}
+    env = {**cluster_env, "DASK_HPC__JUPYTER_PORT": str(first), "SSH_CONNECTION": "10 1 10 22"}
     argv = [*start_cluster(), "cpu", "1", "--jupyter", "--interface", routable()[0]]
     run = Background(
         [*argv, "--dashboard-address", "127.0.0.1:0", "--timeout", "60"], env, tmp_path

@@ -34,11 +34,8 @@ def test_script_mode_runs_command_once_every_worker_is_connected(
     )
     assert dashboard, result.stderr
     assert out["dashboard_link"] == dashboard.group(1)
-    # No login path known (generic site): the tunnel goes to this node, no placeholder.
-    node, user = socket.gethostname(), getpass.getuser()
-    port = dashboard.group(2)
-    assert f"ssh -t -L {port}:localhost:{port} {user}@{node}\n" in result.stderr
-    assert "LOGIN_NODE" not in result.stderr
+    # Local mode on the user's own machine (no ssh session, no batch job): no tunnel.
+    assert "ssh -t" not in result.stderr and "tunnel" not in result.stderr
     # Workers and their HTTP routes listen on the scheduler's interface, never 0.0.0.0.
     assert all(a.startswith("tls://127.0.0.1:") for a in out["worker_addresses"])
     assert out["worker_http"] == ["127.0.0.1"] * 3
@@ -46,6 +43,20 @@ def test_script_mode_runs_command_once_every_worker_is_connected(
     assert {w["nthreads"] for w in out["workers"].values()} == {max(1, cpus // 3)}
     # The job-scoped directory is gone with the cluster.
     assert list((tmp_path / "shared").iterdir()) == []
+
+
+def test_over_ssh_the_ready_block_prints_the_tunnel_to_this_node(
+    run_cmd, cluster_env
+) -> None:
+    env = {**cluster_env, "SSH_CONNECTION": "10.0.0.9 50022 10.0.0.1 22"}
+    argv = [*start_cluster(), "cpu", "1", "--dashboard-address", "127.0.0.1:0", "--", "true"]
+    result = run_cmd(argv, env=env, timeout=90)
+    assert result.returncode == 0, result.stderr
+    port = re.search(r"dashboard +http://localhost:(\d+)/", result.stderr).group(1)
+    # No login path known (generic site): the tunnel goes to this node, no placeholder.
+    node, user = socket.gethostname(), getpass.getuser()
+    assert f"ssh -t -L {port}:localhost:{port} {user}@{node}\n" in result.stderr
+    assert "LOGIN_NODE" not in result.stderr
 
 
 def test_command_exit_status_is_the_exit_status(run_cmd, cluster_env) -> None:

@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import getpass
+import os
 import socket
+from collections.abc import Mapping
 
 from .connection import SchedulerInfo
+from .launchers import BATCH_JOB_IDS
 from .plan import Plan
+
+REMOTE_SESSION = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", *BATCH_JOB_IDS)
+
+
+def needs_tunnel(plan: Plan, env: Mapping[str, str]) -> bool:
+    """Is the user's browser on another machine? Under a launcher, in a batch job or an ssh
+    session: yes. Local mode on the user's own machine: no."""
+    return plan.rank.launcher != "none" or any(env.get(var) for var in REMOTE_SESSION)
 
 
 def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
@@ -22,7 +33,11 @@ def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
 
 
 def ready_message(
-    plan: Plan, info: SchedulerInfo, jupyter_url: str | None = None, jupyter_port: int | None = None
+    plan: Plan,
+    info: SchedulerInfo,
+    jupyter_url: str | None = None,
+    jupyter_port: int | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> str:
     node = socket.gethostname()
     ports = [p for p in (jupyter_port, info.dashboard_port) if p]
@@ -40,7 +55,7 @@ def ready_message(
         lines.append(f"  dashboard       {info.dashboard_link}")
     if jupyter_url:
         lines.append(f"  jupyterlab      {jupyter_url}")
-    if ports:
+    if ports and needs_tunnel(plan, os.environ if env is None else env):
         lines.append("  from your own machine, open the tunnel first:")
         lines.append(f"    {ssh_tunnel(plan.site.ssh_hops, node, ports)}")
     return "\n".join(lines)

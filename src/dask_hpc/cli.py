@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 
@@ -222,6 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         problem = resources.raise_open_files(plan.open_files)  # the nanny host inherits it
         if problem:
             plan.notes.append(problem)
+        if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
+            os.sched_setaffinity(0, plan.widen_cpus)
         host = nanny_host.start(plan)
         from .runtime import run
 

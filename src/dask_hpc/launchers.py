@@ -29,6 +29,12 @@ class Launcher:
     local_size: tuple[str, ...]
     node: tuple[str, ...] = ()
     launch_ids: tuple[str, ...] = ()  # variables that together identify this launch
+    # CPU binding (see binding.py): does it bind a rank to part of its node unless told not
+    # to, which variables say the user chose the binding, and how to give a rank {n} CPUs.
+    binds_by_default: bool = False
+    binding_vars: tuple[str, ...] = ()
+    unbind: str = ""  # the option that turns its default binding off
+    cpu_fix: str = ""
 
 
 # Order matters: the first launcher whose marker is set wins.
@@ -42,6 +48,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         size=("JSM_NAMESPACE_SIZE",),
         local_size=("JSM_NAMESPACE_LOCAL_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE"),
         launch_ids=("LSB_JOBID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"),
+        cpu_fix="give its resource set {n} CPUs: jsrun --cpu_per_rs {n} --bind rs",
     ),
     Launcher(
         "pals",
@@ -53,6 +60,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         local_size=("PMI_LOCAL_SIZE",),
         node=("PALS_NODEID",),
         launch_ids=("PBS_JOBID", "PALS_APID"),
+        cpu_fix="mpiexec --cpu-bind none, or --depth={n} --cpu-bind depth",
     ),
     Launcher(
         "openmpi",
@@ -63,6 +71,12 @@ LAUNCHERS: tuple[Launcher, ...] = (
         size=("OMPI_COMM_WORLD_SIZE",),
         local_size=("OMPI_COMM_WORLD_LOCAL_SIZE",),
         launch_ids=("OMPI_MCA_ess_base_jobid", "PMIX_NAMESPACE"),
+        # mpirun binds a lone rank to one core, more ranks to a socket, unless told otherwise
+        # (measured: mpiexec -n 1 -> CPU 0 of 2; --bind-to/--map-by set these variables).
+        binds_by_default=True,
+        binding_vars=("OMPI_MCA_hwloc_base_binding_policy", "OMPI_MCA_rmaps_base_mapping_policy"),
+        unbind="mpiexec --bind-to none",
+        cpu_fix="mpiexec --bind-to none, or --map-by ppr:1:node:pe={n}",
     ),
     Launcher(
         "mpich",
@@ -72,6 +86,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         local_rank=("MPI_LOCALRANKID",),
         size=("PMI_SIZE",),
         local_size=("MPI_LOCALNRANKS",),
+        cpu_fix="mpiexec without -bind-to, or -bind-to core:{n}",
     ),
     Launcher(
         "slurm",
@@ -83,6 +98,9 @@ LAUNCHERS: tuple[Launcher, ...] = (
         local_size=(),
         node=("SLURM_NODEID",),
         launch_ids=("SLURM_JOB_ID", "SLURM_STEP_ID"),
+        # A task's CPUs are its allocation (other jobs may hold the rest of a shared node):
+        # never widened, asked for (measured with task/affinity: srun -n1 -> 1 CPU, -c2 -> 2).
+        cpu_fix="srun --cpus-per-task={n} (and --cpu-bind=none if you gave --cpu-bind)",
     ),
 )
 NONE = Launcher("none", "no launcher: one process on this machine", "", (), (), (), ())
@@ -158,6 +176,11 @@ def find_launcher(env: Mapping[str, str], override: str | None = None) -> Launch
         ):
             return launcher
     return NONE
+
+
+def by_name(name: str) -> Launcher:
+    """The launcher called ``name`` (as in ``RankInfo.launcher``)."""
+    return next(launcher for launcher in (*LAUNCHERS, NONE) if launcher.name == name)
 
 
 def batch_job_id(env: Mapping[str, str]) -> str | None:

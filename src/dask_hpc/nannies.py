@@ -28,7 +28,13 @@ from distributed.core import Status
 from .children import EXIT_CLOSED, EXIT_FAILED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .plan import ProcessSpec, shared_env
-from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
+from .worker import (
+    LOST_SCHEDULER_REASONS,
+    closing_for_good,
+    quiet_stderr,
+    worker_class,
+    worker_kwargs,
+)
 
 # A worker whose process dies before it reaches the scheduler this many times in a row is not
 # restarted again (Dask's Nanny would restart it forever, as fast as it dies). A worker killed
@@ -139,6 +145,7 @@ class NannyWatch:
 
     def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
         """The worker is closing (closed by the scheduler, retired, lost its scheduler)."""
+        closing_for_good()
         self.close_reason = self.close_reason or reason
         self._close_gracefully(reason=reason)
         # Ask the worker process to stop now: without the Nanny's stop message it lingers 2 s
@@ -204,6 +211,7 @@ async def _run(specs: list[ProcessSpec], address: str, flags: Path) -> int:
     watches = [NannyWatch(n, flags / f"registered-{i}") for i, n in enumerate(nannies)]
 
     async def close_all() -> None:
+        closing_for_good()
         await asyncio.gather(*(n.close(timeout=5) for n in nannies), return_exceptions=True)
 
     closing: list[asyncio.Task[None]] = []

@@ -22,7 +22,7 @@ import dask.config
 import psutil
 from dask.utils import parse_bytes, parse_timedelta
 
-from . import config, gpus, launchers, resources
+from . import binding, config, gpus, launchers, resources
 from .errors import UsageError
 from .sites import Site, detect_site, load_site
 
@@ -95,6 +95,7 @@ class Plan:
     processes: list[ProcessSpec]
     notes: list[str]
     abort_on_node_loss: bool = False  # rank 0 stops the cluster when a rank is lost
+    widen_cpus: frozenset[int] | None = None  # this rank's affinity, set before it forks
     exit_status_file: str | None = None  # rank 0 writes its exit status there
 
     @property
@@ -122,6 +123,7 @@ class Plan:
             "command": self.command,
             "jupyter": self.jupyter,
             "abort_on_node_loss": self.abort_on_node_loss,
+            "widen_cpus": resources.format_cpu_list(self.widen_cpus) if self.widen_cpus else None,
             "processes": [
                 {
                     "role": p.role,
@@ -420,9 +422,14 @@ def make_plan(
     _check_command(args, rank)
 
     # What every worker of this rank shares.
-    bound = layout == "worker-per-rank" and node.usable_cpus < node.online_cpus
+    cpus = binding.choose_cpus(
+        launchers.by_name(rank.launcher), env, node, workers_here, rank.local_size
+    )
+    if cpus.note:
+        notes.append(cpus.note)
+    usable = resources.quota_cpus(len(cpus.cpus)) if cpus.widen else node.usable_cpus
     total = nodes * wpn
-    scale = scale_needs(total, rank.size, workers_here, node.usable_cpus, env)
+    scale = scale_needs(total, rank.size, workers_here, usable, env)
     worker_env: dict[str, str] = {**site.worker_env, **scale.env, **scale.worker_env}
     if not site.node_local_storage:
         worker_env.update(NO_LOCAL_STORAGE_ENV)
@@ -435,7 +442,7 @@ def make_plan(
     nanny = bool(config.get("nanny") if args.nanny is None else args.nanny)
     options = {
         "scheduler_file": str(scheduler_file),
-        "nthreads": args.nthreads or max(1, node.usable_cpus // (1 if bound else wpn)),
+        "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
         "resources": {"GPU": 1} if gpu_node else None,
         "local_directory": str(_local_directory(args, site, env)),
@@ -444,7 +451,7 @@ def make_plan(
         "protocol": protocol,
         "nanny": nanny,
         "worker_class": _worker_class(args, gpu_node, nanny, notes),
-        "keep_cpus": bound,  # the launcher's CPU binding wins over dask-cuda's NVML guess
+        "keep_cpus": cpus.keep,  # the launcher's CPU binding wins over dask-cuda's NVML guess
     }
     if options["worker_class"] == "dask_cuda":
         options["cuda"] = {
@@ -495,6 +502,7 @@ def make_plan(
             else args.abort_on_node_loss
         ),
         exit_status_file=config.get("exit-status-file") or None,
+        widen_cpus=cpus.cpus if cpus.widen else None,
     )
 
 

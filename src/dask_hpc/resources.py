@@ -17,6 +17,16 @@ class NodeResources:
     online_cpus: int  # CPUs of the machine
     usable_cpus: int  # CPUs this process may run on (affinity and cgroup quota)
     memory: int  # bytes this process may use (cgroup limit or physical memory)
+    cpus: frozenset[int] | None = None  # its affinity (None: CPUs 0 .. usable_cpus - 1)
+    allowed: frozenset[int] | None = None  # what its cgroup's cpuset allows (None: all online)
+
+    @property
+    def affinity(self) -> frozenset[int]:
+        return self.cpus if self.cpus is not None else frozenset(range(self.usable_cpus))
+
+    @property
+    def allowed_cpus(self) -> frozenset[int]:
+        return self.allowed if self.allowed is not None else frozenset(range(self.online_cpus))
 
 
 def _cgroup_dirs(proc_cgroup: Path = Path("/proc/self/cgroup")) -> list[Path]:
@@ -84,6 +94,44 @@ def cgroup_cpu_quota() -> float | None:
     return min(quotas) if quotas else None
 
 
+def parse_cpu_list(text: str) -> frozenset[int]:
+    """CPUs in the kernel's list format ("0-3,8,10-11")."""
+    cpus: set[int] = set()
+    for part in text.strip().split(","):
+        if part:
+            first, _, last = part.partition("-")
+            cpus.update(range(int(first), int(last or first) + 1))
+    return frozenset(cpus)
+
+
+def format_cpu_list(cpus: frozenset[int]) -> str:
+    """The kernel's list format of ``cpus`` (ranges joined)."""
+    ordered = sorted(cpus)
+    parts: list[str] = []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}-{ordered[j]}")
+        i = j + 1
+    return ",".join(parts)
+
+
+def cgroup_cpuset() -> frozenset[int] | None:
+    """The CPUs the innermost cpuset of this process's cgroups allows (a batch job's
+    allocation under Slurm's task/cgroup or PBS cpusets), or None."""
+    for d in _cgroup_dirs():
+        for name in ("cpuset.cpus.effective", "cpuset.effective_cpus", "cpuset.cpus"):
+            try:
+                text = (d / name).read_text()
+            except OSError:
+                continue
+            if text.strip():
+                return parse_cpu_list(text)
+    return None
+
+
 def physical_memory() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -91,15 +139,19 @@ def physical_memory() -> int:
 def detect() -> NodeResources:
     """CPUs and memory of this node as this process is allowed to use them."""
     online = os.cpu_count() or 1
-    usable = len(os.sched_getaffinity(0))
-    quota = cgroup_cpu_quota()
-    if quota is not None:
-        usable = max(1, min(usable, math.floor(quota)))
+    cpus = frozenset(os.sched_getaffinity(0))
+    allowed = cgroup_cpuset() or frozenset(range(online))
     memory = physical_memory()
     limit = cgroup_memory_limit()
     if limit is not None:
         memory = min(memory, limit)
-    return NodeResources(online_cpus=online, usable_cpus=usable, memory=memory)
+    return NodeResources(online, quota_cpus(len(cpus)), memory, cpus, allowed | cpus)
+
+
+def quota_cpus(cpus: int) -> int:
+    """``cpus``, or fewer where a cgroup's CPU quota allows fewer."""
+    quota = cgroup_cpu_quota()
+    return cpus if quota is None else max(1, min(cpus, math.floor(quota)))
 
 
 def raise_open_files(needed: int) -> str | None:

@@ -235,7 +235,7 @@ class FirstRank(Rank):
             # at every tenth of the cluster.
             count, now = len(self.workers), time.monotonic()
             total = self.plan.total_workers
-            if progress and count != shown:
+            if progress and count and count != shown:  # "0/N connected" says nothing
                 if now - shown_at >= 1.0 or count * 10 // total != max(shown, 0) * 10 // total:
                     shown, shown_at = count, now
                     say(f"workers {count}/{total} connected")

@@ -57,12 +57,51 @@ class _ClosingHeartbeatFilter(logging.Filter):
 logging.getLogger("distributed.worker").addFilter(_ClosingHeartbeatFilter())
 
 
+# Dask's warnings about routine events, kept from the terminal (and kept in Dask's own logs):
+# (logger, the start of the message or its template). Under `dask scheduler` + `dask worker`
+# they end up in the scheduler's and workers' own logs; here those share COMMAND's terminal.
+ROUTINE = (
+    # every P2P shuffle (rechunk, merge, set_index), twice
+    ("distributed.shuffle._scheduler_plugin", "Shuffle %s initialized by task"),
+    ("distributed.shuffle._scheduler_plugin", "Shuffle %s deactivated due to stimulus"),
+    # a task still running when its worker closes ("should exclusively happen in close()")
+    ("distributed.worker.state_machine", "Async instruction for "),
+    # a worker's death and restart: start-cluster says it in one line of its own
+    ("distributed.nanny", "Restarting worker (status="),
+)
+
+
+# ... and once this process's workers are being closed for good: a task still running then
+# keeps its worker's process alive (Python joins the executor's threads), and the Nanny kills
+# it after its close timeout.
+ROUTINE_AT_CLOSE = (("distributed.nanny", "Worker process still alive after"),)
+
+
+class _RoutineFilter(logging.Filter):
+    """Keeps Dask's routine warnings (``ROUTINE``) from a terminal handler."""
+
+    closing = False  # see closing_for_good()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        routine = (*ROUTINE, *ROUTINE_AT_CLOSE) if self.closing else ROUTINE
+        return not any(record.name == name and msg.startswith(start) for name, start in routine)
+
+
+_ROUTINE_FILTER = _RoutineFilter()
+
+
+def closing_for_good() -> None:
+    """This process's workers are being closed (the cluster ends, or they are retired)."""
+    _ROUTINE_FILTER.closing = True
+
+
 def quiet_stderr(level: str | None = None) -> None:
     """Show ``hpc.log-level`` and above on stderr, keeping Dask's own logger levels.
 
     The loggers stay at Dask's levels (info), so ``client.get_worker_logs()`` and
     ``get_scheduler_logs()`` hold what they hold under ``dask worker``; only the stream to the
-    terminal is filtered.
+    terminal is filtered, routine warnings (``ROUTINE``) included.
     """
     level = str(level or dask.config.get("hpc.log-level", "warning")).upper()
     for name in ("distributed", "distributed.client", "bokeh", "tornado"):
@@ -71,6 +110,8 @@ def quiet_stderr(level: str | None = None) -> None:
                 handler, logging.FileHandler
             ):
                 handler.setLevel(level)
+                if level not in ("DEBUG", "INFO"):
+                    handler.addFilter(_ROUTINE_FILTER)
 
 
 def worker_kwargs(options: dict[str, Any], address: str) -> dict[str, Any]:

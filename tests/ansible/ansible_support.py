@@ -16,13 +16,16 @@ import re
 import select
 import shlex
 import shutil
+import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from harness.waiting import free_ports, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 ANSIBLE_DIR = REPO / "ansible"
@@ -35,6 +38,27 @@ RECAP = re.compile(
     r"unreachable=(?P<unreachable>\d+)\s+failed=(?P<failed>\d+)",
     re.M,
 )
+# ansible-core as DeepOps pins it (scripts/setup.sh: Ansible 10.7.0, ansible-core 2.17), in a
+# venv of its own made by tests/setup/ansible.sh; the newest is the one on PATH.
+CORE_217 = CACHE / "venv-ansible-core-2.17"
+CORES = {"2.17": CORE_217 / "bin", "newest": None}
+# DeepOps' ansible.cfg (NVIDIA/deepops), what ansible-playbook run from a DeepOps checkout reads,
+# less its paths into that checkout (roles, collections: the tests' own come below).
+DEEPOPS_CFG = {
+    "inventory": "./config/inventory",
+    "host_key_checking": "False",
+    "gathering": "smart",
+    "fact_caching": "jsonfile",
+    "fact_caching_connection": "{workdir}/ansible_cache",
+    "fact_caching_timeout": "86400",
+    "deprecation_warnings": "False",
+    "stdout_callback": "ansible.builtin.default",
+    "result_format": "yaml",
+    "bin_ansible_callbacks": "True",
+    "forks": "25",
+    "force_valid_group_names": "ignore",
+    "ansible_python_interpreter": "/usr/bin/python3",
+}
 TIMINGS: dict[str, float] = {}
 # This machine's settings that a chroot target would inherit through the chroot connection (a
 # real node, reached over SSH, would not): pip's and the TLS libraries' CA and index settings.
@@ -42,6 +66,7 @@ HOST_ONLY_ENV = ("PIP_", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE"
 # What the role creates on a node; none of it may appear on a node that --check or a refused
 # run touched.
 ROLE_PATHS = (
+    "sw",
     "shared",
     "opt/dask-hpc",
     "usr/share/deepops",
@@ -103,10 +128,12 @@ def require_setup() -> None:
             COLLECTIONS / "ansible_collections/community/general/plugins/connection/chroot.py",
             *(CACHE / "rootfs" / t for t in TARBALLS),
             CACHE / "wheels/cp311",
+            CORE_217 / "bin/ansible-playbook",
         )
         if not p.exists()
     ]
-    for tool in ("ansible-playbook", "ansible-lint", "dpkg-deb", "unshare", "nsenter", "ip"):
+    tools = ("ansible-playbook", "ansible-lint", "dpkg-deb", "unshare", "nsenter", "ip", "sshfs")
+    for tool in tools:
         if shutil.which(tool) is None:
             missing.append(tool)
     if os.geteuid() != 0:
@@ -118,22 +145,35 @@ def require_setup() -> None:
         )
 
 
-def ansible_env(workdir: Path) -> dict[str, str]:
-    """Environment for ansible-playbook: our collection path, no colours, no stray config, the
-    controller's cache (built wheel, fetched packages) inside workdir."""
-    cfg = workdir / "ansible.cfg"
-    cfg.write_text(
-        "[defaults]\n"
+def ansible_config(workdir: Path, config: str = "checkout") -> Path:
+    """An ansible.cfg for the runs: "checkout" is this checkout's ansible.cfg (what an admin
+    running from it reads), "deepops" DeepOps' settings; both with the tests' collection path
+    (the chroot connection) and a local_tmp inside workdir."""
+    if config == "deepops":
+        settings = {k: v.format(workdir=workdir) for k, v in DEEPOPS_CFG.items()}
+        text = "[defaults]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
+    else:
+        text = (REPO / "ansible.cfg").read_text()
+    text += (
         f"collections_path = {COLLECTIONS}\n"
-        "forks = 4\n"
         "pipelining = True\n"
         f"roles_path = {ANSIBLE_DIR / 'roles'}\n"
-        "interpreter_python = auto_silent\n"
         f"local_tmp = {workdir / 'ansible-local'}\n"
     )
+    cfg = workdir / f"ansible-{config}.cfg"
+    partial = cfg.with_name(f"{cfg.name}.{threading.get_ident()}")
+    partial.write_text(text + "\n")
+    partial.replace(cfg)  # runs side by side read it: never half written
+    return cfg
+
+
+def ansible_env(workdir: Path, core: str = "newest", config: str = "checkout") -> dict[str, str]:
+    """Environment for ansible-playbook: ansible-core ``core`` ("2.17" or "newest"), the
+    ``config`` ansible.cfg, our collection path, no colours, the controller's cache (built
+    wheel, fetched packages) inside workdir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ONLY_ENV)}
     env.update(
-        ANSIBLE_CONFIG=str(cfg),
+        ANSIBLE_CONFIG=str(ansible_config(workdir, config)),
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
         ANSIBLE_NOCOLOR="1",
         ANSIBLE_FORCE_COLOR="0",
@@ -141,6 +181,9 @@ def ansible_env(workdir: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
         XDG_CACHE_HOME=str(workdir / "controller-cache"),
     )
+    bindir = CORES[core]
+    if bindir is not None:
+        env["PATH"] = f"{bindir}{os.pathsep}{env['PATH']}"
     return env
 
 
@@ -150,14 +193,17 @@ def run_playbook(
     *extra: str,
     playbook: Path = SITE,
     timeout: float = 600,
+    core: str = "newest",
+    config: str = "checkout",
 ) -> PlaybookRun:
-    """Run ansible-playbook for real and capture its output."""
+    """Run ansible-playbook for real (ansible-core ``core``, ansible.cfg ``config``) and capture
+    its output."""
     args = ["ansible-playbook", "-i", str(inventory), str(playbook), *extra]
     start = time.monotonic()
     proc = subprocess.run(
         args,
         cwd=workdir,
-        env=ansible_env(workdir),
+        env=ansible_env(workdir, core, config),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -165,6 +211,12 @@ def run_playbook(
         check=False,
     )
     return PlaybookRun(args, proc.returncode, proc.stdout, time.monotonic() - start)
+
+
+def warnings(run: PlaybookRun) -> list[str]:
+    """The warnings ansible-playbook printed ([WARNING], [DEPRECATION WARNING])."""
+    warning = re.compile(r"\[(DEPRECATION )?WARNING\]")
+    return [line for line in run.output.splitlines() if warning.match(line)]
 
 
 def write_inventory(
@@ -413,6 +465,191 @@ def wait_output(
     raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n" + "\n".join(lines))
 
 
+def deepops_example(root1: Path, root2: Path, user: str, shared: str) -> None:
+    """DeepOps' dask-rapids example command lines on two emulated nodes, virtual-gpu01
+    (10.0.0.11, root filesystem root1) and virtual-gpu02 (10.0.0.12, root2), one GPU each
+    (CUDA_VISIBLE_DEVICES=0: plain Dask workers, no GPU is touched), as ``user``: the scheduler
+    on gpu01, the worker call on gpu01 starts nothing more, gpu02's joins through the scheduler
+    files in ``shared``; a client sees one worker per node, computes, shuts the cluster down, and
+    every process exits."""
+    scripts = "/usr/share/deepops"
+    gpu01, gpu02 = NetNode("virtual-gpu01"), NetNode("virtual-gpu02")
+    procs: list[subprocess.Popen[str]] = []
+    lines: list[str] = []
+    home = "root" if user == "root" else f"home/{user}"
+    try:
+        connect_nodes(gpu01, "10.0.0.11", gpu02, "10.0.0.12")
+        one_gpu = {"CUDA_VISIBLE_DEVICES": "0", "DASK_HPC__TIMEOUT": "120"}
+
+        def start(root: Path, node: NetNode, command: str) -> subprocess.Popen[str]:
+            argv = node_argv(root, command, user, one_gpu, netns_pid=node.pid)
+            proc = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            procs.append(proc)
+            return proc
+
+        scheduler = start(root1, gpu01, f"{scripts}/launch-dask-scheduler.sh")
+        ready = wait_output(scheduler, r"scheduler file\s+(\S+)", 180, lines)
+        scheduler_file = ready.group(1)
+        assert scheduler_file.startswith(f"{shared}/"), lines
+        assert any("tls://10.0.0.11:8786" in line for line in lines), lines
+
+        same_node = run_on_node(
+            root1, f"{scripts}/launch-dask-cuda-worker.sh 10.0.0.11 8786", user, one_gpu,
+            netns_pid=gpu01.pid,
+        )  # fmt: skip
+        assert same_node.returncode == 0, same_node.stderr
+        assert "runs on this node (virtual-gpu01), with its workers: nothing to start here" in (
+            same_node.stdout
+        )
+
+        worker = start(root2, gpu02, f"{scripts}/launch-dask-cuda-worker.sh 10.0.0.11 8786")
+        client = f"""
+from dask_hpc import connect
+client = connect({scheduler_file!r})
+client.wait_for_workers(2, timeout=120)
+hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
+print(hosts, client.submit(sum, [1, 2, 3]).result())
+client.shutdown()
+"""
+        (root2 / home / "seed_client.py").write_text(client)
+        result = run_on_node(
+            root2, "cd && /opt/dask-hpc/venv/bin/python seed_client.py", user,
+            netns_pid=gpu02.pid, timeout=240,
+        )  # fmt: skip
+        assert result.returncode == 0, (result.stdout, result.stderr, lines)
+        assert result.stdout.strip() == "['10.0.0.11', '10.0.0.12'] 6", result.stdout
+        for proc in (scheduler, worker):
+            proc.wait(timeout=120)
+        worker_output = worker.stdout.read() if worker.stdout else ""
+        assert f"1 GPU worker(s) joining {shared}/dask-hpc-" in worker_output, worker_output
+        assert scheduler.returncode == 0, lines
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()  # unshare --kill-child takes the node's processes with it
+                proc.wait(timeout=30)
+        gpu01.close()
+        gpu02.close()
+
+
 def shell(argv: Sequence[str]) -> str:
     """A command line for messages."""
     return shlex.join(argv)
+
+
+class SshfsShare:
+    """A directory of one target shared with other targets through a network file system:
+    sshfs (FUSE, the SFTP protocol) over an sshd on loopback. This kernel has neither an NFS
+    client nor an NFS server (no nfs in /proc/filesystems, no modules to load), so two test nodes
+    cannot mount a real NFS export; sshfs is the network file system that runs here.
+
+    What differs from NFS: every access goes through the one SSH login (root), so a file a user
+    creates belongs to root on the server (NFS with AUTH_SYS carries each caller's uid and gid),
+    and the kernel checks permissions from the attributes sshfs shows (``default_permissions``).
+    Caching is off (``cache=no``, zero FUSE timeouts): what one node writes, the other sees at
+    once, where NFS gives close-to-open consistency and attribute caching of a few seconds.
+
+    The sshd and sshfs processes are the session's: they do not carry a test's tag, and close()
+    stops them (an unmount ends sshfs; sshd gets SIGTERM)."""
+
+    def __init__(self, workdir: Path, export: Path, mounts: Sequence[Path]) -> None:
+        self.dir = workdir / "sshfs"
+        self.dir.mkdir()
+        self.export = export
+        self.mounts: list[Path] = []
+        self.procs: list[subprocess.Popen[bytes]] = []
+        self.env = {k: v for k, v in os.environ.items() if k != "DASK_HPC_TEST_TAG"}
+        for key in ("host", "client"):
+            subprocess.run(
+                ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.dir / key)],
+                check=True,
+            )
+        shutil.copyfile(self.dir / "client.pub", self.dir / "authorized_keys")
+        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation
+        self.port = free_ports(1)[0]
+        try:
+            self._start_sshd()
+            for mount in mounts:
+                self._mount(mount)
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_sshd(self) -> None:
+        options = {
+            "ListenAddress": "127.0.0.1",
+            "HostKey": self.dir / "host",
+            "AuthorizedKeysFile": self.dir / "authorized_keys",
+            "PidFile": self.dir / "sshd.pid",
+            "PermitRootLogin": "prohibit-password",
+            "PasswordAuthentication": "no",
+            "StrictModes": "no",
+            "UsePAM": "no",
+            "Subsystem": "sftp internal-sftp",
+        }
+        argv = ["/usr/sbin/sshd", "-D", "-e", "-f", "/dev/null", "-p", str(self.port)]
+        for key, value in options.items():
+            argv += ["-o", f"{key}={value}"]
+        log = (self.dir / "sshd.log").open("wb")
+        self.procs.append(subprocess.Popen(argv, stdout=log, stderr=log, env=self.env))
+
+        def listening() -> bool:
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", self.port)) == 0
+
+        wait_for(listening, 30, what=f"sshd on 127.0.0.1:{self.port}")
+
+    def _mount(self, mount: Path) -> None:
+        mount.mkdir(parents=True, exist_ok=True)
+        options = ",".join(
+            [
+                f"IdentityFile={self.dir / 'client'}",
+                "StrictHostKeyChecking=no",
+                "UserKnownHostsFile=/dev/null",
+                "BatchMode=yes",
+                "LogLevel=ERROR",
+                "allow_other",
+                "default_permissions",
+                "cache=no",
+                "attr_timeout=0",
+                "entry_timeout=0",
+                "negative_timeout=0",
+            ]
+        )
+        argv = ["sshfs", "-f", "-p", str(self.port), "-o", options,
+                f"root@127.0.0.1:{self.export}", str(mount)]  # fmt: skip
+        log_path = self.dir / f"sshfs-{len(self.mounts)}.log"
+        log = log_path.open("wb")
+        proc = subprocess.Popen(argv, stdout=log, stderr=log, env=self.env)
+        self.procs.append(proc)
+        self.mounts.append(mount)
+
+        def mounted() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"sshfs exited ({proc.returncode}): {log_path.read_text()}")
+            return os.path.ismount(mount)
+
+        wait_for(mounted, 30, what=f"sshfs at {mount}")
+
+    def fs_type(self, mount: Path) -> str:
+        """The mount's type as findmnt shows it (fuse.sshfs)."""
+        out = subprocess.run(
+            ["findmnt", "-n", "-o", "FSTYPE", "--mountpoint", str(mount)],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        return out.stdout.strip()
+
+    def close(self) -> None:
+        for mount in self.mounts:
+            if os.path.ismount(mount):
+                subprocess.run(["umount", str(mount)], check=False, capture_output=True)
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

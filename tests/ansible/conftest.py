@@ -6,7 +6,12 @@ Targets (each a fresh copy of a cached debootstrap tarball):
   lists are emptied and stamped fresh first (the role must refresh them anyway);
 - configured: Debian 12 with most settings (a user list, an offline wheelhouse, Apptainer from a
   release package fetched by the controller over HTTP, an Lmod module, a forced NVIDIA GPU);
-- fresh: Debian 12, never converged: --check runs and refused runs, which must change nothing.
+- fresh: Debian 12, never converged: --check runs and refused runs, which must change nothing;
+- master and node: a stock DeepOps layout, converged together with no variables under ansible-core
+  2.17 (DeepOps' pin) and DeepOps' ansible.cfg: master exports /sw (/etc/exports, as DeepOps'
+  nfs-server role leaves it) and the node mounts it, over sshfs (ansible_support.SshfsShare: no
+  NFS in this kernel); master has one system group more (its gids differ from the node's);
+- noindex: Debian 12 whose pip names a package index nothing answers on.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from ansible_support import (
     CACHE,
     TIMINGS,
     PlaybookRun,
+    SshfsShare,
     Target,
     live_sysctls,
     make_fake_apptainer_deb,
@@ -41,6 +47,10 @@ from ansible_support import (
 )
 
 NO_VARS = ("debian12", "ubuntu2204", "ubuntu2404")
+DEEPOPS = ("master", "node")  # converged together: ansible-core 2.17, DeepOps' ansible.cfg
+DEEPOPS_RUN = {"core": "2.17", "config": "deepops"}
+# What nothing answers on: the discard port of loopback.
+UNREACHABLE_INDEX = "http://127.0.0.1:9/simple"
 # --check --diff after the converge: a node converged without variables, and the configured one
 # (with a package URL). (Each run costs a converge's time on this 2-core machine.)
 CHECKED = ("debian12", "configured")
@@ -57,6 +67,7 @@ class Env:
     package: Path
     package_url: str
     image: Path
+    share: SshfsShare
     live_sysctl_before: dict[str, str] = field(default_factory=dict)
 
     def package_vars(self) -> str:
@@ -81,6 +92,7 @@ def env() -> Iterator[Env]:
     require_setup()
     workdir = Path(tempfile.mkdtemp(prefix="dask-hpc-ansible-", dir=run_base()))
     server: http.server.ThreadingHTTPServer | None = None
+    share: SshfsShare | None = None
     try:
         start = time.monotonic()
         targets = {
@@ -89,6 +101,9 @@ def env() -> Iterator[Env]:
             "ubuntu2404": Target("ubuntu2404", "ubuntu2404.tar", "slurm-node"),
             "configured": Target("configured", "debian12.tar", "slurm-node"),
             "fresh": Target("fresh", "debian12.tar", "slurm-node"),
+            "master": Target("master", "debian12.tar", "slurm-master"),
+            "node": Target("node", "debian12.tar", "slurm-node"),
+            "noindex": Target("noindex", "debian12.tar", "slurm-node"),
         }
         procs = []
         for t in targets.values():
@@ -109,11 +124,19 @@ def env() -> Iterator[Env]:
             assert p.wait(timeout=180) == 0, "unpacking a target failed"
         for t in targets.values():
             prepare_node(t.root, empty_lists=t.name == "ubuntu2204")
+        master, node = targets["master"].root, targets["node"].root
+        (master / "sw").mkdir(mode=0o755)
+        (master / "etc/exports").write_text("/sw *(rw,sync,no_root_squash)\n")
+        subprocess.run(["chroot", str(master), "groupadd", "--system", "slurm"], check=True)
+        share = SshfsShare(workdir, master / "sw", [node / "sw"])
+        pip_conf = targets["noindex"].root / "etc/pip.conf"
+        pip_conf.write_text(pip_conf.read_text() + f"index-url = {UNREACHABLE_INDEX}\n")
         # The configured node's wheelhouse, where a cluster keeps it: on the shared file system.
         wheelhouse = targets["configured"].root / "srv/wheelhouse"
         subprocess.run(["cp", "-a", str(CACHE / "wheels/cp311"), str(wheelhouse)], check=True)
         targets["configured"].hostvars = {
             "dask_hpc_users": ["alice"],
+            "dask_hpc_shared_dir": "/shared/dask-hpc",  # named, not found
             "dask_hpc_python_find_links": ["/srv/wheelhouse"],
             "dask_hpc_python_offline": True,
             "dask_hpc_python_extras": [],  # not dask-cuda, which the wheelhouse lacks
@@ -128,16 +151,22 @@ def env() -> Iterator[Env]:
         inventories = {
             name: write_inventory(workdir / f"inventory-{name}.json", [t])
             for name, t in targets.items()
+            if name not in DEEPOPS
         }
+        inventories["deepops"] = write_inventory(
+            workdir / "inventory-deepops.json", [targets[n] for n in DEEPOPS]
+        )
         # Two inventory hosts on one local file system: the shared-directory check must refuse.
         fresh = targets["fresh"]
         inventories["two-nodes"] = write_inventory(
             workdir / "inventory-two-nodes.json", [], {"node-a": fresh, "node-b": fresh}
         )
         TIMINGS["targets"] = time.monotonic() - start
-        yield Env(workdir, targets, inventories, package, package_url, image)
+        yield Env(workdir, targets, inventories, package, package_url, image, share)
     finally:
         start = time.monotonic()
+        if share is not None:
+            share.close()
         if server is not None:
             server.shutdown()
             server.server_close()
@@ -174,7 +203,11 @@ def _fresh_runs(env: Env) -> dict[str, tuple[str, tuple[str, ...]]]:
                 "dask_hpc_lmod=no",
             ),
         ),  # fmt: skip
-        "two_nodes_local_fs": ("two-nodes", ()),
+        # Two nodes, nothing shared: the default finds no shared directory; a named one on a
+        # local file system is refused.
+        "two_nodes_unshared": ("two-nodes", ()),
+        "two_nodes_local_fs": ("two-nodes", ("-e", "dask_hpc_shared_dir=/shared/dask-hpc")),
+        "index_unreachable": ("noindex", ()),
         # The check switched off: validation goes on to its last check, which refuses the image
         # provider on nodes without Apptainer.
         "two_nodes_check_off": (
@@ -204,14 +237,15 @@ def _fresh_runs(env: Env) -> dict[str, tuple[str, tuple[str, ...]]]:
     }
 
 
-def run_side_by_side(
-    workdir: Path, jobs: dict[str, tuple[Path, tuple[str, ...]]]
-) -> dict[str, PlaybookRun]:
-    """Run each named playbook job (inventory, extra args) at once; record how long each took."""
+Job = tuple[Path, tuple[str, ...], dict[str, str]]  # inventory, extra args, run_playbook options
+
+
+def run_side_by_side(workdir: Path, jobs: dict[str, Job]) -> dict[str, PlaybookRun]:
+    """Run each named playbook job at once; record how long each took."""
     with ThreadPoolExecutor(8) as pool:
         futures = {
-            name: pool.submit(run_playbook, workdir, inventory, *args)
-            for name, (inventory, args) in jobs.items()
+            name: pool.submit(run_playbook, workdir, inventory, *args, **options)
+            for name, (inventory, args, options) in jobs.items()
         }
         runs = {name: f.result() for name, f in futures.items()}
     for name, run in runs.items():
@@ -224,18 +258,19 @@ def first_runs(env: Env) -> dict[str, PlaybookRun]:
     """Side by side: the first converge of the four targets, and every run against the fresh
     node (--check, refused settings)."""
     env.live_sysctl_before = live_sysctls()
-    jobs: dict[str, tuple[Path, tuple[str, ...]]] = {
-        f"converge_{name}": (env.inventories[name], ()) for name in (*NO_VARS, "configured")
+    jobs: dict[str, Job] = {
+        f"converge_{name}": (env.inventories[name], (), {}) for name in (*NO_VARS, "configured")
     }
+    jobs["converge_deepops"] = (env.inventories["deepops"], (), DEEPOPS_RUN)
     for name, (inventory, args) in _fresh_runs(env).items():
-        jobs[name] = (env.inventories[inventory], args)
+        jobs[name] = (env.inventories[inventory], args, {})
     return run_side_by_side(env.workdir, jobs)
 
 
 @pytest.fixture(scope="session")
 def converged(env: Env, first_runs: dict[str, PlaybookRun]) -> Env:
-    """The four converged targets (their first converge succeeded)."""
-    for name in (*NO_VARS, "configured"):
+    """The converged targets (their first converge succeeded)."""
+    for name in (*NO_VARS, "configured", "deepops"):
         run = first_runs[f"converge_{name}"]
         assert run.returncode == 0, run.describe()
     return env
@@ -244,11 +279,12 @@ def converged(env: Env, first_runs: dict[str, PlaybookRun]) -> Env:
 @pytest.fixture(scope="session")
 def reruns(converged: Env) -> dict[str, PlaybookRun]:
     """Side by side, on the converged targets: a second converge, and --check --diff."""
-    jobs = {}
+    jobs: dict[str, Job] = {}
     for name in (*NO_VARS, "configured"):
-        jobs[f"again_{name}"] = (converged.inventories[name], ())
+        jobs[f"again_{name}"] = (converged.inventories[name], (), {})
+    jobs["again_deepops"] = (converged.inventories["deepops"], (), DEEPOPS_RUN)
     for name in CHECKED:
-        jobs[f"check_{name}"] = (converged.inventories[name], ("--check", "--diff"))
+        jobs[f"check_{name}"] = (converged.inventories[name], ("--check", "--diff"), {})
     return run_side_by_side(converged.workdir, jobs)
 
 

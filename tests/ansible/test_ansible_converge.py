@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from ansible_support import ROLE_PATHS, PlaybookRun
+from ansible_support import ROLE_PATHS, PlaybookRun, warnings
 from conftest import CHECKED, NO_VARS, Env
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
@@ -24,12 +24,14 @@ def failure_messages(run: PlaybookRun) -> list[str]:
 
 @pytest.mark.parametrize("name", CONVERGED)
 def test_first_converge(first_runs: dict[str, PlaybookRun], name: str) -> None:
-    """With no variables (or the configured node's), the first converge succeeds and changes."""
+    """With no variables (or the configured node's), the first converge succeeds and changes,
+    with no warning."""
     run = first_runs[f"converge_{name}"]
     assert run.returncode == 0, run.describe()
     counts = run.recap()[name]
     assert counts["failed"] == 0 and counts["unreachable"] == 0, run.describe()
     assert counts["changed"] >= 15, (counts, run.changed_tasks())
+    assert warnings(run) == [], run.describe()  # under this checkout's ansible.cfg
 
 
 def test_lists_refreshed_though_fresh(first_runs: dict[str, PlaybookRun]) -> None:
@@ -80,11 +82,13 @@ def test_check_on_a_fresh_node(first_runs: dict[str, PlaybookRun], name: str) ->
 
 
 def test_fresh_node_unchanged(env: Env, first_runs: dict[str, PlaybookRun]) -> None:
-    """After every --check and refused run against it, the fresh node has nothing of the role."""
+    """After every --check and refused run against them, the fresh node and the node that cannot
+    reach its package index have nothing of the role."""
     assert first_runs  # all of them have run
-    root = env.targets["fresh"].root
-    assert [p for p in ROLE_PATHS if (root / p).exists()] == []
-    assert "dask-hpc" not in (root / "etc/group").read_text()
+    for name in ("fresh", "noindex"):
+        root = env.targets[name].root
+        assert [p for p in ROLE_PATHS if (root / p).exists()] == [], name
+        assert "dask-hpc" not in (root / "etc/group").read_text(), name
 
 
 # Ansible's own argument_specs messages come as "Validation of arguments failed:" and one line
@@ -112,7 +116,15 @@ REFUSED = {
     "unknown_user": "dask_hpc_users nosuchuser: no such user on fresh (getent passwd)",
     "unknown_site": 'dask_hpc_site "deepop" is not a dask-hpc site profile: use one of',
     "bad_image_checksum": f"not dask_hpc_image_checksum sha256:{'0' * 64}: fix the checksum",
+    "two_nodes_unshared": (
+        "node-a shares none of /sw, /shared, /home over a network file system or an NFS export, "
+        "and the cluster has 2 nodes"
+    ),
     "two_nodes_local_fs": "dask_hpc_shared_dir /shared/dask-hpc is on a local file system (",
+    "index_unreachable": (
+        "noindex cannot reach the package index http://127.0.0.1:9/simple (/etc/pip.conf): "
+        "Connection refused. Fix the node's network or its pip settings"
+    ),
     "two_nodes_check_off": (
         "dask_hpc_provider=image runs apptainer, which node-a does not have, and "
         "dask_hpc_apptainer=false: let the role install it"
@@ -143,14 +155,14 @@ def test_bad_settings_refused_in_one_line(first_runs: dict[str, PlaybookRun], na
         ), lines
 
 
-def test_two_nodes_check_off_skips_the_file_system_check(
+def test_two_nodes_check_off_passes_the_file_system_check(
     first_runs: dict[str, PlaybookRun],
 ) -> None:
-    """dask_hpc_shared_dir_check=false (a directory shared by other means): the file system is
-    not looked at, validation goes on to its later checks."""
+    """dask_hpc_shared_dir_check=false (a directory shared by other means): nothing shared is
+    required, validation goes on to its later checks."""
     run = first_runs["two_nodes_check_off"]
-    task = run.output.split("TASK [dask_hpc : Find the file system of the shared directory]", 1)[1]
-    assert task.split("\n", 2)[1].startswith("skipping: [node-"), run.describe()
+    task = run.output.split("TASK [dask_hpc : Require a shared directory every node sees]", 1)[1]
+    assert task.split("\n", 2)[1].startswith("ok: [node-"), run.describe()
     assert set(run.recap()) == {"node-a", "node-b"}
 
 

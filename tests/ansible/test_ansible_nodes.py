@@ -6,20 +6,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import testinfra
-from ansible_support import (
-    NetNode,
-    connect_nodes,
-    live_sysctls,
-    node_argv,
-    run_on_node,
-    sha256,
-    wait_output,
-)
+from ansible_support import deepops_example, live_sysctls, run_on_node, sha256
 from conftest import NO_VARS, Env
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
@@ -64,17 +55,24 @@ def test_packages(node: testinfra.host.Host, converged: Env) -> None:
         assert copy.sha256sum == sha256(converged.package)
 
 
+def shared_dir(node: testinfra.host.Host, env: Env) -> str:
+    """Where the node's shared directory is: named for the configured node, found (the first
+    candidate, /sw, on a one-node cluster) for the others."""
+    return "/shared/dask-hpc" if name_of(node, env) == "configured" else "/sw/dask-hpc"
+
+
 def test_shared_directory(node: testinfra.host.Host, converged: Env) -> None:
     """Group-owned, setgid and sticky, not world-accessible; images written by root only."""
     group = node.group("dask-hpc")
     assert group.exists
     if name_of(node, converged) == "configured":
         assert group.gid == 2500
-    parent = node.file("/shared")
+    where = shared_dir(node, converged)
+    parent = node.file(str(Path(where).parent))
     assert parent.is_directory and parent.user == "root" and parent.mode == 0o755
-    shared = node.file("/shared/dask-hpc")
+    shared = node.file(where)
     assert (shared.user, shared.group, shared.mode) == ("root", "dask-hpc", 0o3770)
-    images = node.file("/shared/dask-hpc/images")
+    images = node.file(f"{where}/images")
     assert (images.user, images.group, images.mode) == ("root", "dask-hpc", 0o2750)
 
 
@@ -85,13 +83,14 @@ def test_users_joined_the_group(node: testinfra.host.Host, converged: Env) -> No
     assert ("dask-hpc" in alice.groups) is (name_of(node, converged) == "configured")
 
 
-def test_dask_config_names_site_and_directory(node: testinfra.host.Host) -> None:
+def test_dask_config_names_site_and_directory(node: testinfra.host.Host, converged: Env) -> None:
     """/etc/dask/dask-hpc.yaml: the DeepOps site profile and the shared scheduler directory."""
     config = node.file("/etc/dask/dask-hpc.yaml")
     assert (config.user, config.mode) == ("root", 0o644)
     text = config.content_string
     assert re.search(r'^  site: "deepops"$', text, re.M), text
-    assert re.search(r'^  scheduler-directory: "/shared/dask-hpc"$', text, re.M), text
+    where = shared_dir(node, converged)
+    assert re.search(rf'^  scheduler-directory: "{where}"$', text, re.M), text
 
 
 def test_limits_and_sysctl_files(node: testinfra.host.Host, converged: Env) -> None:
@@ -138,13 +137,14 @@ def test_start_cluster_runs_a_real_job(converged: Env, name: str) -> None:
     converged without variables, as alice (in dask_hpc_users) on the configured one."""
     root = converged.targets[name].root
     user = "alice" if name == "configured" else "root"
+    where = "/shared/dask-hpc" if name == "configured" else "/sw/dask-hpc"
     home = root / ("home/alice" if user == "alice" else "root")
     (home / "job.py").write_text(JOB)
     dry = run_on_node(root, "start-cluster cpu 2 --dry-run", user=user)
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert plan["site"] == "deepops"
-    assert plan["scheduler_file"].startswith("/shared/dask-hpc/dask-hpc-"), plan
+    assert plan["scheduler_file"].startswith(f"{where}/dask-hpc-"), plan
     result = run_on_node(
         root, "cd && start-cluster cpu 2 -- python3 job.py", user=user, timeout=240
     )
@@ -155,8 +155,8 @@ def test_start_cluster_runs_a_real_job(converged: Env, name: str) -> None:
         "sum": 5050,
         "squares": 285,
     }, output
-    assert "scheduler file  /shared/dask-hpc/dask-hpc-" in output, output
-    assert list((root / "shared/dask-hpc").glob("dask-hpc-*")) == []  # cleaned up
+    assert f"scheduler file  {where}/dask-hpc-" in output, output
+    assert list((root / where.lstrip("/")).glob("dask-hpc-*")) == []  # cleaned up
 
 
 def test_user_outside_the_group_is_told(converged: Env) -> None:
@@ -167,7 +167,7 @@ def test_user_outside_the_group_is_told(converged: Env) -> None:
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("start-cluster: error: scheduler directory")
-    assert "/shared/dask-hpc" in lines[0]
+    assert "/sw/dask-hpc" in lines[0]
 
 
 @pytest.mark.parametrize("script", DEEPOPS)
@@ -253,60 +253,4 @@ def test_deepops_seed_command_lines_on_two_nodes(converged: Env) -> None:
     one on gpu02 joins: two workers, one per node. A client shuts the cluster down; everything
     exits."""
     root = converged.targets["configured"].root
-    gpu01, gpu02 = NetNode("virtual-gpu01"), NetNode("virtual-gpu02")
-    procs: list[subprocess.Popen[str]] = []
-    lines: list[str] = []
-    try:
-        connect_nodes(gpu01, "10.0.0.11", gpu02, "10.0.0.12")
-        one_gpu = {"CUDA_VISIBLE_DEVICES": "0", "DASK_HPC__TIMEOUT": "120"}
-
-        def start(node: NetNode, command: str) -> subprocess.Popen[str]:
-            argv = node_argv(root, command, "alice", one_gpu, netns_pid=node.pid)
-            proc = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-            )
-            procs.append(proc)
-            return proc
-
-        scheduler = start(gpu01, f"{SCRIPTS}/launch-dask-scheduler.sh")
-        ready = wait_output(scheduler, r"scheduler file\s+(\S+)", 180, lines)
-        scheduler_file = ready.group(1)
-        assert any("tls://10.0.0.11:8786" in line for line in lines), lines
-
-        same_node = run_on_node(
-            root, f"{SCRIPTS}/launch-dask-cuda-worker.sh 10.0.0.11 8786", "alice", one_gpu,
-            netns_pid=gpu01.pid,
-        )  # fmt: skip
-        assert same_node.returncode == 0, same_node.stderr
-        assert "runs on this node (virtual-gpu01), with its workers: nothing to start here" in (
-            same_node.stdout
-        )
-
-        worker = start(gpu02, f"{SCRIPTS}/launch-dask-cuda-worker.sh 10.0.0.11 8786")
-        client = f"""
-from dask_hpc import connect
-client = connect({scheduler_file!r})
-client.wait_for_workers(2, timeout=120)
-hosts = sorted(w["host"] for w in client.scheduler_info()["workers"].values())
-print(hosts, client.submit(sum, [1, 2, 3]).result())
-client.shutdown()
-"""
-        (root / "home/alice/seed_client.py").write_text(client)
-        result = run_on_node(
-            root, "cd && /opt/dask-hpc/venv/bin/python seed_client.py", "alice",
-            netns_pid=gpu02.pid, timeout=240,
-        )  # fmt: skip
-        assert result.returncode == 0, (result.stdout, result.stderr, lines)
-        assert result.stdout.strip() == "['10.0.0.11', '10.0.0.12'] 6", result.stdout
-        for proc in (scheduler, worker):
-            proc.wait(timeout=120)
-        worker_output = worker.stdout.read() if worker.stdout else ""
-        assert "1 GPU worker(s) joining /shared/dask-hpc/dask-hpc-" in worker_output, worker_output
-        assert scheduler.returncode == 0, lines
-    finally:
-        for proc in procs:
-            if proc.poll() is None:
-                proc.kill()  # unshare --kill-child takes the node's processes with it
-                proc.wait(timeout=30)
-        gpu01.close()
-        gpu02.close()
+    deepops_example(root, root, "alice", "/shared/dask-hpc")

@@ -4,7 +4,10 @@ that booleans and integers reach tasks only normalised (a string "false" is true
 from __future__ import annotations
 
 import json
+import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -12,7 +15,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_support import ANSIBLE_DIR, CACHE, COLLECTIONS, REPO, SITE, ansible_env, require_setup
+from ansible_support import (
+    ANSIBLE_DIR,
+    CACHE,
+    COLLECTIONS,
+    CORES,
+    DEEPOPS_CFG,
+    REPO,
+    SITE,
+    ansible_env,
+    require_setup,
+)
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(300)]
 
@@ -113,6 +126,26 @@ def test_booleans_and_integers_are_used_normalised() -> None:
     assert used == []
 
 
+def test_integers_are_never_compared_in_templates() -> None:
+    """A normalised integer is text under ansible-core 2.17 and 2.18 ("{{ x | int }}" in a
+    variable comes back as a string there): no expression compares one; the ranges are checked
+    in filter_plugins/dask_hpc_checks.py."""
+    options = yaml.safe_load((ROLE / "meta/argument_specs.yml").read_text())["argument_specs"][
+        "main"
+    ]["options"]
+    integers = [f"_{name}" for name, o in options.items() if o["type"] == "int"]
+    texts = [(p, p.read_text()) for p in [*ROLE.rglob("*.yml"), *ROLE.rglob("*.j2")]]
+    compared = [
+        f"{path.relative_to(ROLE)}: {line.strip()}"
+        for path, text in texts
+        for line in text.splitlines()
+        for name in integers
+        if re.search(rf"(?<!\w){name}(?!\w)", line) and re.search(r"\s(<|>|<=|>=|\+|-)\s", line)
+        and not line.lstrip().startswith("#")
+    ]
+    assert compared == []
+
+
 def test_wheel_build_is_cached_and_reproducible() -> None:
     """files/build_wheel.py (run by the role on the controller): a wheel from this checkout, the
     same file again without a rebuild, the same bytes from a second cache; a directory that is not
@@ -136,3 +169,65 @@ def test_wheel_build_is_cached_and_reproducible() -> None:
         refused = build("c", Path(tmp))
         assert refused.returncode == 1
         assert refused.stderr.count("\n") == 1 and "is not a dask-hpc checkout" in refused.stderr
+
+
+# ansible/README.md's commands, as written: from this checkout, and from a DeepOps checkout.
+README_CHECKOUT = "ansible-playbook -i ansible/inventory/example ansible/site.yml --list-hosts"
+README_DEEPOPS = "ansible-playbook -l slurm-cluster /path/to/dask-hpc/ansible/site.yml --list-hosts"
+
+
+@pytest.mark.parametrize("core", sorted(CORES))
+@pytest.mark.parametrize("where", ["checkout", "deepops"])
+def test_readme_commands_find_the_example_hosts_without_warnings(
+    core: str, where: str, tmp_path: Path
+) -> None:
+    """The README's commands run as written (from this checkout with its ansible.cfg; from a
+    DeepOps checkout with DeepOps' ansible.cfg and config/inventory, the example copied there)
+    under DeepOps' ansible-core 2.17 and the newest: the example's three hosts, no warning (a
+    *.ini inventory inside a directory, which 2.17 skips, printed "Unable to parse" and "no hosts
+    matched" and exited 0; DeepOps' dashed group names warned without force_valid_group_names)."""
+    require_setup()
+    readme = (ANSIBLE_DIR / "README.md").read_text()
+    command = README_CHECKOUT if where == "checkout" else README_DEEPOPS
+    assert command in readme
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env["HOME"] = str(tmp_path)  # no ~/.ansible.cfg
+    if CORES[core] is not None:
+        env["PATH"] = f"{CORES[core]}{os.pathsep}{env['PATH']}"
+    cwd = REPO
+    if where == "deepops":
+        cwd = tmp_path / "deepops"
+        (cwd / "config").mkdir(parents=True)
+        settings = {k: v.format(workdir=tmp_path) for k, v in DEEPOPS_CFG.items()}
+        (cwd / "ansible.cfg").write_text(
+            "[defaults]\n" + "".join(f"{k} = {v}\n" for k, v in settings.items())
+        )
+        shutil.copyfile(ANSIBLE_DIR / "inventory/example/hosts", cwd / "config/inventory")
+        command = command.replace("/path/to/dask-hpc", str(REPO))
+    proc = subprocess.run(
+        shlex.split(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=120,
+        check=False,
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    hosts = re.search(r"hosts \(3\):\n((?:\s+\S+\n){3})", proc.stdout)
+    assert hosts and sorted(hosts.group(1).split()) == ["gpu01", "gpu02", "login01"], output
+    assert "WARNING" not in output, output
+
+
+def test_deepops_pin_is_ansible_core_2_17() -> None:
+    """The second ansible-core the tests run is the one DeepOps' Ansible 10.7.0 brings."""
+    require_setup()
+    bindir = CORES["2.17"]
+    assert bindir is not None
+    version = subprocess.run(
+        [str(bindir / "ansible-playbook"), "--version"], capture_output=True, text=True,
+        check=True, timeout=60,
+    ).stdout  # fmt: skip
+    assert version.startswith("ansible-playbook [core 2.17."), version
+
+
+def test_min_ansible_version_is_the_oldest_tested() -> None:
+    """meta/main.yml's min_ansible_version names DeepOps' pin, the oldest ansible-core tested."""
+    meta = yaml.safe_load((ROLE / "meta/main.yml").read_text())
+    assert meta["galaxy_info"]["min_ansible_version"] == "2.17"

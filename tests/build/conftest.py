@@ -8,7 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from build_support import IMAGE_BUILD_TIMEOUT, REPO, invoke_argv, require_apptainer, require_sidroot  # noqa: F401
+from build_support import (  # noqa: F401
+    IMAGE_BUILD_TIMEOUT,
+    REPO,
+    ImageKeys,
+    invoke_argv,
+    make_image_keys,
+    require_apptainer,
+    require_sidroot,
+)
 
 
 @pytest.fixture
@@ -22,12 +30,21 @@ def invoke(run_cmd: Callable[..., object]) -> Callable[..., object]:
 
 
 @pytest.fixture(scope="session")
-def local_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The image `invoke build --site local` makes, built once per session (for real)."""
+def image_keys(tmp_path_factory: pytest.TempPathFactory) -> ImageKeys:
+    """The site's key pair the session's image is signed with."""
+    return make_image_keys(tmp_path_factory.mktemp("keys"))
+
+
+@pytest.fixture(scope="session")
+def local_image(tmp_path_factory: pytest.TempPathFactory, image_keys: ImageKeys) -> Path:
+    """The image `invoke build --site local` makes, built once per session (for real), signed
+    with the session's site key; its sha256 recorded beside it."""
     require_apptainer()
     out = tmp_path_factory.mktemp("image") / "dask-hpc-local.sif"
     result = subprocess.run(
-        invoke_argv("build", "--site", "local", "--output", str(out)),
+        invoke_argv(
+            "build", "--site", "local", "--output", str(out), "--sign-key", str(image_keys.private)
+        ),
         cwd=REPO,
         capture_output=True,
         text=True,

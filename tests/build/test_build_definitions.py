@@ -103,10 +103,14 @@ def test_summit_is_ppc64le_with_the_last_ppc64le_cuda() -> None:
     assert "jsrun --nrs 12 --rs_per_host 6" in text
 
 
-def test_aurora_has_oneapi_level_zero_and_dpnp() -> None:
+def test_aurora_has_level_zero_and_dpnp_with_one_sycl_runtime() -> None:
+    """No oneAPI image underneath (its SYCL runtime would be a second one, tests/spack/
+    test_sycl_runtime.py): Ubuntu 24.04 with the Level Zero loader and Intel's compute runtime,
+    dpnp and its runtime wheels from pypi.txt."""
     text = definition("aurora")
-    assert "base_image=intel/oneapi-basekit:" in text
-    assert "runtime_image=intel/oneapi-runtime:" in text
+    assert "base_image=ubuntu:24.04" in text and "runtime_image=ubuntu:24.04" in text
+    assert "oneapi-basekit" not in text and "oneapi-runtime" not in text
+    assert "apt-get install -y -q --no-install-recommends libze1 libze-intel-gpu1" in text
     assert "find_spec('dpnp')" in text and "libze_loader.so.1" in text
     assert "--nv" not in text and "--rocm" not in text
     assert "mpiexec -n 12 --ppn 6 apptainer exec IMAGE start-cluster gpu 6" in text

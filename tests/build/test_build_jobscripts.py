@@ -51,9 +51,10 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
 @pytest.mark.apptainer
 @pytest.mark.timeout(900)
 def test_generated_slurm_script_runs_on_slurm(
-    invoke, slurm_cluster, cluster_env, local_image: Path, tmp_path: Path
+    invoke, slurm_cluster, cluster_env, local_image: Path, image_keys, tmp_path: Path
 ) -> None:
-    """The deepops (Slurm) script, submitted for real: srun starts one container per rank."""
+    """The deepops (Slurm) script, submitted for real: the image verified with the site key
+    once, then srun starts one container per rank."""
     pi = tmp_path / "pi.py"  # under /tmp: visible inside Apptainer's root filesystem
     shutil.copy(REPO / "examples" / "pi.py", pi)
     result = invoke(
@@ -70,12 +71,16 @@ def test_generated_slurm_script_runs_on_slurm(
         str(local_image),
         "--walltime",
         "5",
+        "--image-key",
+        str(image_keys.public),
         "--",
         "python",
         str(pi),
     )
     assert result.returncode == 0, result.stderr
     script = result.stdout
+    check = f"apptainer verify --key {image_keys.public} {local_image}"
+    assert script.index(check) < script.index("\nsrun "), script
     assert (
         f"srun --nodes=1 --ntasks=2 --ntasks-per-node=2 apptainer exec --nv {local_image} "
         f"start-cluster cpu 2 -- python {pi}" in script

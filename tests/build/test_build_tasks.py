@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from build_support import REPO
 
-TASKS = ("build", "sites", "job", "lint", "test", "definitions")
+TASKS = ("build", "sites", "job", "lint", "test", "definitions", "push", "pull")
 
 
 def test_every_task_is_listed_with_help(invoke) -> None:
@@ -53,7 +53,8 @@ def test_sites_table(invoke) -> None:
     }
     assert "lsf" in rows["summit"] and "jsrun" in rows["summit"]
     assert "nvidia/cuda:12.4.1-devel-ubi8" in rows["summit"] and "power9le" in rows["summit"]
-    assert "pbs" in rows["aurora"] and "6 intel" in rows["aurora"] and "oneapi" in rows["aurora"]
+    assert "pbs" in rows["aurora"] and "6 intel" in rows["aurora"]
+    assert "ubuntu:24.04" in rows["aurora"]
     assert "cobalt" in rows["thetagpu"] and "openmpi" in rows["thetagpu"]
     assert "rocm/" in rows["frontier"] and "8 amd" in rows["frontier"]
     assert "detected nvidia" in rows["deepops"]
@@ -71,6 +72,31 @@ def test_dry_run_prints_the_exact_build_command(invoke) -> None:
     assert lines[-1].endswith(" /tmp/x/out.sif containers/local.def")
     assert any(ln.startswith("python3 -m pip download") for ln in lines)
     assert not Path("/tmp/x/out.sif").exists()
+
+
+def test_dry_run_signs_with_the_configured_key(invoke, tagged_env, tmp_path: Path) -> None:
+    """--sign-key (or $DASK_HPC_SIGNING_KEY): `apptainer sign --key` follows the build; a key
+    others can read is refused in one line."""
+    key = tmp_path / "site.key.pem"
+    key.write_text("not read by a dry run\n")
+    key.chmod(0o600)
+    out = "/tmp/x/out.sif"
+    signed = ("build", "--site", "local", "--dry-run", "--output", out)
+    result = invoke(*signed, "--sign-key", str(key))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == f"apptainer sign --key {key} {out}"
+    env = {**tagged_env, "DASK_HPC_SIGNING_KEY": str(key)}
+    result = invoke("build", "--site", "local", "--dry-run", "--output", out, env=env)
+    assert result.stdout.splitlines()[-1] == f"apptainer sign --key {key} {out}"
+    key.chmod(0o644)
+    _one_line_error(
+        invoke("build", "--site", "local", "--dry-run", "--sign-key", str(key)),
+        f"signing key {key} is readable by others (mode 0644); chmod 600 {key}",
+    )
+    _one_line_error(
+        invoke("build", "--site", "local", "--dry-run", "--sign-key", str(tmp_path / "none")),
+        "does not exist",
+    )
 
 
 def _one_line_error(result, expected: str) -> None:

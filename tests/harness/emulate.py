@@ -66,6 +66,7 @@ def emulated_pals(
     ncpus: int = 208,
     extra_env: Mapping[str, str] | None = None,
     hydra_args: Sequence[str] = (),
+    cpu_bind: str | None = None,
 ) -> list[str]:
     """EMULATED HPE PALS ``mpiexec -n N --ppn P`` inside a PBS Pro job (Aurora, Polaris).
 
@@ -75,13 +76,14 @@ def emulated_pals(
     ``PMI_UNIVERSE_SIZE``, ``PMI_JOBID``, ``PMI_CONTROL_PORT``, ``PMI_SHARED_SECRET`` (and
     hydra's ``PMI_FD``); hydra's ``MPI_LOCALRANKID``/``MPI_LOCALNRANKS`` are removed.
     ``hydra_args``: options of the hydra ``mpiexec`` underneath (what it does on a rank's
-    failure is hydra's, not PALS's).
+    failure is hydra's, not PALS's). ``cpu_bind``: PALS's ``--cpu-bind list:A:B``, local rank
+    i bound to the i-th list (with taskset).
     """
     wd = Path(workdir)
     hosts = aurora_hosts(nodes)
     env = pbs_job_env(wd, hosts, jobid, ncpus)
     ranks_env, launcher = pals_ranks(
-        wd, hosts, nodes * ppn, ppn, depth=depth, hydra_args=hydra_args
+        wd, hosts, nodes * ppn, ppn, depth=depth, hydra_args=hydra_args, cpu_bind=cpu_bind
     )
     env.update(ranks_env)
     env.update(extra_env or {})
@@ -96,9 +98,11 @@ def pals_ranks(
     *,
     depth: int = 1,
     hydra_args: Sequence[str] = (),
+    cpu_bind: str | None = None,
 ) -> tuple[dict[str, str], list[str]]:
-    """PALS ``mpiexec -n N --ppn P`` over ``hosts``: the variables the per-rank shim reads, and
-    the argv prefix (MPICH hydra, fork launcher, ``hydra_args``, then ``bin/pals-rank``)."""
+    """PALS ``mpiexec -n N --ppn P [--cpu-bind list:...]`` over ``hosts``: the variables the
+    per-rank shim reads, and the argv prefix (MPICH hydra, fork launcher, ``hydra_args``, then
+    ``bin/pals-rank``)."""
     spool = workdir / "pals-spool"
     spool.mkdir(parents=True, exist_ok=True)
     (spool / "apinfo").write_bytes(b"")
@@ -109,6 +113,8 @@ def pals_ranks(
         "DASK_HPC_EMU_DEPTH": str(depth),
         "DASK_HPC_EMU_SPOOL": str(spool),
     }
+    if cpu_bind:
+        env["DASK_HPC_EMU_CPU_BIND"] = cpu_bind
     return env, [*mpich(n, hosts=hosts, ppn=ppn, extra=hydra_args), str(PALS_RANK)]
 
 

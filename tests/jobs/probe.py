@@ -27,6 +27,7 @@ def worker_view(dask_worker):
         "memory_limit": worker.memory_manager.memory_limit,
         "resources": worker.state.total_resources,
         "spill": dask.config.get("distributed.worker.memory.spill"),
+        "cpus": sorted(os.sched_getaffinity(0)),
     }
 
 
@@ -50,6 +51,8 @@ def main() -> int:
         "dashboard_link": client.dashboard_link,
         "worker_addresses": sorted(info),
         "worker_http": sorted(client.run(_http_address).values()),
+        "command_cpus": sorted(os.sched_getaffinity(0)),
+        "scheduler_cpus": client.run_on_scheduler(lambda: sorted(os.sched_getaffinity(0))),
     }
     print("PROBE " + json.dumps(result), flush=True)
     client.close()

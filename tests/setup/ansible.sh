@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # What the Ansible role's tests need, on a fresh Debian 12 machine (run as root). Idempotent, and
 # fast when everything is already there:
-#   - ansible-core, ansible-lint, pytest-testinfra (pip);
+#   - ansible-core, ansible-lint, pytest-testinfra (pip), and ansible-core 2.17 (DeepOps' pin) in
+#     its own venv, $CACHE/venv-ansible-core-2.17;
 #   - the community.general collection (its chroot connection plugin), extracted from the
 #     `ansible` wheel on PyPI into $CACHE/collections (Galaxy is not reachable; nothing committed);
 #   - debootstrap'd Debian 12, Ubuntu 22.04 and Ubuntu 24.04 root filesystems, cached as tarballs
@@ -16,6 +17,7 @@ trap 'echo "ansible.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE="${DASK_HPC_ANSIBLE_CACHE:-/var/tmp/dask-hpc-tests/ansible}"
 ANSIBLE_WHEEL_VERSION="12.3.0"   # the `ansible` community package that carries community.general
+ANSIBLE_CORE_DEEPOPS="2.17.14"   # what DeepOps' Ansible 10.7.0 installs (ansible-core ~=2.17.7)
 # Ubuntu Archive Automatic Signing Key (2018): its fingerprint as Ubuntu publishes it.
 UBUNTU_ARCHIVE_FPR="F6ECB3762474EDA9D21B7022871920D1991BC93C"
 
@@ -46,6 +48,17 @@ EOF
 then
   log "pip install ansible-core ansible-lint pytest-testinfra"
   pip install -q 'ansible-core>=2.17' 'ansible-lint>=24' 'pytest-testinfra>=10'
+fi
+
+# --- ansible-core 2.17, DeepOps' pin (scripts/setup.sh: Ansible 10.7.0), in a venv of its own --
+# The role is tested under it and under the newest ansible-core (above, on PATH).
+core217="$CACHE/venv-ansible-core-2.17"
+if ! "$core217/bin/ansible-playbook" --version 2>/dev/null | grep -q '^ansible-playbook \[core 2\.17\.'; then
+  log "venv with ansible-core $ANSIBLE_CORE_DEEPOPS"
+  rm -rf "$core217"
+  python3 -m venv "$core217"
+  "$core217/bin/python" -m pip install -q --disable-pip-version-check "ansible-core==$ANSIBLE_CORE_DEEPOPS" \
+    2>&1 | { grep -v 'is ignored' >&2 || true; }
 fi
 
 # --- community.general (chroot connection) ----------------------------------------------------

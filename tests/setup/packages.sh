@@ -1,12 +1,26 @@
 #!/usr/bin/env bash
-# Debian packages: real launchers (Open MPI, MPICH, Slurm), debootstrap for test root filesystems.
+# Debian packages: real launchers (Open MPI, MPICH, Slurm), debootstrap for test root filesystems,
+# sshfs and an OCI registry.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # chromium: the dashboard test opens the status page in a real browser (Playwright drives it).
-need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps iproute2 curl chromium fonts-dejavu-core)
+# sshfs, openssh-server: a network file system between the Ansible tests' nodes (no NFS in the
+# CI kernel); docker-registry: the OCI registry the image tests push to and pull from.
+need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps
+      iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
+  # The ssh and docker-registry services must not start on this machine (the tests run their
+  # own on loopback): without a policy-rc.d of the machine's own, one that refuses every
+  # service start is in place during the install.
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    guard=/usr/sbin/policy-rc.d
+    printf '#!/bin/sh\nexit 101\n' >"$guard"
+    chmod 755 "$guard"
+    trap 'rm -f "$guard"' EXIT
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi

@@ -33,6 +33,8 @@ def repo(tmp_path: Path) -> Path:
     (tmp_path / "containers").mkdir()
     for path in (ROOT / "containers").glob("*.yaml"):
         shutil.copy(path, tmp_path / "containers" / path.name)
+    (tmp_path / "tests" / "setup").mkdir(parents=True)
+    shutil.copy(ROOT / "tests" / "setup" / "dpnp.sh", tmp_path / "tests" / "setup" / "dpnp.sh")
     return tmp_path
 
 
@@ -210,13 +212,13 @@ def _frontier_rocm_mismatch(r: Path) -> None:
 def _unknown_package(r: Path) -> None:
     edit(
         r / ENVS / "aurora" / "spack.yaml",
-        "  - intel-oneapi-compilers\n",
-        "  - intel-oneapi-compilers\n  - py-dpnp\n",
+        "  - $dask_stack\n",
+        "  - $dask_stack\n  - py-dpnp\n",
     )
 
 
 def _aurora_no_dpnp(r: Path) -> None:
-    edit(r / ENVS / "aurora" / "pypi.txt", "dpnp==0.20.*\n", "")
+    edit(r / ENVS / "aurora" / "pypi.txt", "dpnp==0.20.0\n", "")
 
 
 def _pin_in_site(r: Path) -> None:

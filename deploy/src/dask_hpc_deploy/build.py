@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dask_hpc import images
 from dask_hpc.errors import UsageError
 
 from . import definitions, versions
@@ -40,6 +41,12 @@ class BuildPlan:
     build_args: dict[str, str] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    sign_key: Path | None = None  # the site's private key: the image is signed with it
+
+    @property
+    def digest_file(self) -> Path:
+        """Where execute() records the finished image's sha256."""
+        return images.digest_path(self.output)
 
 
 def host_arch() -> str:
@@ -156,8 +163,10 @@ def plan(
     output: Path | None = None,
     force: bool = False,
     check_tools: bool = True,
+    sign_key: Path | None = None,
 ) -> BuildPlan:
-    """Validate ``target`` for this host and list the commands that build its image."""
+    """Validate ``target`` for this host and list the commands that build its image (and sign
+    it with ``sign_key``, Apptainer's own signing, when given)."""
     repo = repo.resolve()
     arch = host_arch()
     foreign = None
@@ -179,7 +188,7 @@ def plan(
     output = (output or Path(f"dask-hpc-{target.name}.sif")).resolve()
     if output.exists() and not force:
         raise UsageError(f"{output} exists", "remove it or pass --force")
-    result = BuildPlan(target=target, definition=definition, output=output)
+    result = BuildPlan(target=target, definition=definition, output=output, sign_key=sign_key)
     if foreign:
         result.warnings.append(f"{foreign[0]}: {foreign[1]}")
     result.build_args = build_args(target, repo)
@@ -204,11 +213,16 @@ def plan(
         argv += ["--build-arg", f"{key}={value}"]
     argv += [str(output), str(definition.relative_to(repo))]
     result.steps.append(Step("the image", argv))
+    if sign_key is not None:
+        result.steps.append(
+            Step("sign the image", ["apptainer", "sign", "--key", str(sign_key), str(output)])
+        )
     return result
 
 
 def execute(build_plan: BuildPlan, repo: Path, echo: bool = True) -> None:
-    """Run every step from ``repo``; UsageError naming the step that failed."""
+    """Run every step from ``repo``, then record the image's sha256 beside it (IMAGE.sha256);
+    UsageError naming the step that failed."""
     for step in build_plan.steps:
         if echo:
             print(f"+ {step}", flush=True)
@@ -218,3 +232,4 @@ def execute(build_plan: BuildPlan, repo: Path, echo: bool = True) -> None:
             raise UsageError(f"{step.argv[0]} is not on PATH", f"needed for: {step.what}") from None
         if rc != 0:
             raise UsageError(f"build step failed (exit {rc}): {step.what}", str(step))
+    images.record_digest(build_plan.output)

@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 from packaging.specifiers import SpecifierSet
 
-from . import versions
+from . import syclcheck, versions
 
 #: The environments: one per build target (``containers/<name>.yaml``), same name.
 SITE_ENVS: tuple[str, ...] = (
@@ -625,9 +625,7 @@ def check_site_env(
     elif "+rocm" in cupy or scopes.externals("hip"):
         problems.append(f"{where}: ROCm in an environment for a site without rocm_arch")
 
-    if (site.get("gpu") or {}).get("vendor") == "intel":
-        if not scopes.externals("intel-oneapi-compilers"):
-            problems.append(f"{where}: Intel GPU site needs intel-oneapi-compilers (external)")
+    # Intel GPU sites: one SYCL runtime, the wheels dpnp and dpctl declare (syclcheck.py).
     for fname, needed in PYPI_EXTRAS.get(env_name, {}).items():
         path = env_dir / fname
         reqs: dict[str, str] = {}
@@ -836,6 +834,9 @@ def check(root: Path) -> None:
         problems += check_site_env(root, env_name, site_data(root, env_name), known, py)
     problems += check_names(root, known, ours)
     problems += check_upstream(root)
+    for env_name in sorted(set(SITE_ENVS) & present & targets):
+        if ((site_data(root, env_name).get("gpu") or {}).get("vendor")) == "intel":
+            problems += syclcheck.check(root, env_name)
     problems += check_no_urls(root)
     if problems:
         raise SpackCheckError(problems)

@@ -19,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from .. import images
 from ..errors import UsageError
 from ..sites import Site, load_site
 from .templating import Template
@@ -67,6 +68,8 @@ class JobRequest:
     directives: Sequence[str] = ()  # more header lines
     setup: Sequence[str] = ()  # more shell lines before the launch
     binds: Sequence[str] = ()  # paths apptainer exec binds (the cluster's directory)
+    image_key: str | None = None  # the site's public key; default: hpc.image-key (issue 21)
+    verify_image: bool = True  # False: the explicit opt-out of the image check (issue 21)
 
 
 def parse_walltime(text: str) -> int:
@@ -191,6 +194,10 @@ def render(req: JobRequest) -> str:
     lines += directive(system["output"], req.output or system["default_output"])
     lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
     setup = [*own.batch_setup, *req.setup]
+    if image:  # verified with the site's key once, before the launcher starts any rank
+        trust = images.configured_trust(req.image_key, None if req.verify_image else False)
+        if trust.key is not None:
+            setup += images.shell_check(image, trust.key)
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
 
     if req.program is not None:  # one process on the job's first node

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
+from ..images import ImageError
 
 PROG = "hpc-cluster"
 
@@ -290,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "script":
             return script(args)
         return remote(args)
-    except UsageError as error:
+    except (UsageError, ImageError) as error:
         say(f"error: {error}")
         return error.exit_code
     except KeyboardInterrupt:

@@ -47,6 +47,7 @@ from .. import config, security
 from ..batch import commands, script
 from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
+from ..images import ImageError
 from ..sites import Site, detect_site, load_site
 from . import naming, state
 from .display import Display
@@ -304,6 +305,13 @@ class HPCCluster(Display, Cluster):
             "dashboard_address": self._dashboard_address,
             "log_directory": str(self.log_directory),
         }
+        for each in self.pools.values():
+            self._check_script(each)
+
+    def _check_script(self, pool: Pool) -> None:
+        """Render a job of ``pool`` once: what the script refuses (an image key that is not
+        there, a launcher the table lacks) is one line before anything is submitted."""
+        script.render(self._request(pool, naming.job_name(self.cluster_id, pool.name, 0)))
 
     def _batch_system(self, asked: str | None) -> str:
         name = asked or config.get("cluster.batch-system")
@@ -356,6 +364,8 @@ class HPCCluster(Display, Cluster):
         new = make_pool(name, kind or name, self.site, **options)
         if new.image and not Path(new.image).is_file():
             raise UsageError(f"image {new.image} not found", "give the path of the .sif file")
+        if hasattr(self, "settings"):  # a running cluster's new pool
+            self._check_script(new)
         self.pools[name] = new
         if jobs:
             self.scale(jobs=jobs, pool=name)
@@ -755,7 +765,7 @@ class HPCCluster(Display, Cluster):
         self.jobs[name] = job
         try:
             job.job_id = await self._batch.submit(job, script.render(self._request(pool, name)))
-        except UsageError as error:
+        except (UsageError, ImageError) as error:
             self.jobs.pop(name, None)
             if not pool.broken:
                 self._break(pool, str(error))

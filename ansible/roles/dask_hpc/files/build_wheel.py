@@ -49,6 +49,18 @@ def source_hash(checkout: Path, files: list[Path]) -> str:
     return digest.hexdigest()[:24]
 
 
+def version(checkout: Path) -> str:
+    """dask-hpc's version as setuptools-scm reads it from the checkout's git (the private copy has
+    no .git, where it would fall back to 0.0.0); "" when the controller's Python lacks
+    setuptools-scm (then the wheel says 0.0.0)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "setuptools_scm", "-c", str(checkout / "pyproject.toml")],
+        cwd=checkout, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    lines = proc.stdout.strip().splitlines()
+    return lines[-1] if proc.returncode == 0 and lines else ""
+
+
 def main() -> None:
     if len(sys.argv) != 3:
         fail("usage: build_wheel.py CHECKOUT CACHE_DIR")
@@ -61,7 +73,8 @@ def main() -> None:
             "dask_hpc_python_wheel"
         )
     files = sources(checkout)
-    final = cache / source_hash(checkout, files)
+    scm_version = version(checkout)
+    final = cache / f"{source_hash(checkout, files)}{'-' + scm_version if scm_version else ''}"
     wheels = sorted(final.glob("dask_hpc-*.whl"))
     if wheels:
         print(json.dumps({"wheel": str(wheels[0]), "built": False}))
@@ -75,6 +88,8 @@ def main() -> None:
             shutil.copyfile(checkout / rel, stage / rel)
         # Fixed timestamps: the same sources give the same bytes.
         env = {**os.environ, "SOURCE_DATE_EPOCH": "315532800"}
+        if scm_version:
+            env["SETUPTOOLS_SCM_PRETEND_VERSION_FOR_DASK_HPC"] = scm_version
         proc = subprocess.run(
             [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
              "--no-input", "-q", "-w", str(work / "out"), str(stage)],

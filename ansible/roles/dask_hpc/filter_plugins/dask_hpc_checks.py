@@ -4,6 +4,12 @@ argument_specs checks that a value can be converted to its declared type but han
 value as given: a YAML number for a mode (3770 is applied as mode 07272), a string for a list
 (iterated letter by letter), a list for a string, null. Each problem is one sentence naming the
 variable and the fix.
+
+Numbers are compared here, in Python, and never in the role's templates: ansible-core before 2.19
+turns every templated variable into text unless it looks like a list, a dict or a boolean, so
+``_dask_hpc_nofile: "{{ dask_hpc_nofile | int }}"`` is the string "65536" under ansible-core 2.17
+(DeepOps' pin) and ``0 < _dask_hpc_deepops_port`` raised "'<' not supported between instances of
+'int' and 'str'" (and "900000" < "1048576" would have compared as text).
 """
 
 from __future__ import annotations
@@ -14,6 +20,15 @@ from collections.abc import Mapping
 from typing import Any
 
 OCTAL_MODE = re.compile(r"^0?[0-7]{3,4}$")
+# The integers' ranges: name -> (lowest, highest or None, what the value is).
+NUMBERS: dict[str, tuple[int, int | None, str]] = {
+    "dask_hpc_deepops_port": (1, 65535, "a port"),
+    "dask_hpc_nofile": (1, None, "a limit on open files"),
+    "dask_hpc_nofile_hard": (1, None, "a limit on open files"),
+    "dask_hpc_somaxconn": (1, None, "a listen backlog"),
+    "dask_hpc_max_user_namespaces": (0, None, "a number of user namespaces"),
+    "dask_hpc_group_gid": (1, 4294967294, "a group id"),
+}
 
 
 def _show(value: Any) -> str:
@@ -81,6 +96,35 @@ def type_problems(
                 f'{name} must be a mapping, e.g. {{"net.core.netdev_max_backlog": 4096}}, '
                 f"not {_show(value)}."
             )
+    return problems + number_problems(values)
+
+
+def _number(value: Any) -> int | None:
+    """The integer argument_specs accepted (an int, or a string such as "65536"), else None."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def number_problems(values: Mapping[str, Any]) -> list[str]:
+    """One sentence per integer outside its range, and a hard limit below the soft one."""
+    problems = []
+    numbers = {name: _number(values.get(name)) for name in NUMBERS}
+    for name, (low, high, what) in NUMBERS.items():
+        n = numbers[name]
+        if n is None or (low <= n and (high is None or n <= high)):
+            continue
+        allowed = f"use {low}-{high}" if high is not None else f"use {low} or more"
+        problems.append(f"{name} {n} is not {what}: {allowed}.")
+    soft, hard = numbers["dask_hpc_nofile"], numbers["dask_hpc_nofile_hard"]
+    if soft is not None and hard is not None and hard < soft:
+        problems.append(
+            f"dask_hpc_nofile_hard ({hard}) is below dask_hpc_nofile ({soft}): raise "
+            "dask_hpc_nofile_hard or lower dask_hpc_nofile."
+        )
     return problems
 
 

@@ -1,0 +1,66 @@
+"""COMMAND for the terminal test: a P2P rechunk, a killed worker, a clean end with a task running.
+
+Prints ``TERMINAL {json}``: the rechunk's result, the workers before and after the kill, and
+the shuffle's warnings as Dask's logger still emits them in the scheduler (a handler of the
+job's own catches them: only the terminal's handler leaves them out).
+"""
+
+import json
+import os
+import signal
+import time
+
+import dask.array as da
+from distributed import Client
+
+
+def names(client: Client) -> list[str]:
+    return sorted(str(w["name"]) for w in client.scheduler_info()["workers"].values())
+
+
+def catch_shuffle_warnings() -> None:
+    """In the scheduler: keep what the shuffle's logger emits at WARNING."""
+    import logging
+
+    class Keep(logging.Handler):
+        records: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            Keep.records.append(record.getMessage())
+
+    logging.getLogger("distributed.shuffle").addHandler(Keep(logging.WARNING))
+    logging.Keep = Keep  # found again by shuffle_warnings()
+
+
+def shuffle_warnings() -> list[str]:
+    import logging
+
+    return logging.Keep.records
+
+
+def main() -> None:
+    with Client() as client:
+        before = names(client)
+        client.run_on_scheduler(catch_shuffle_warnings)
+        x = da.ones((2000, 2000), chunks=(2000, 50))
+        total = float(x.rechunk((50, 2000), method="p2p").sum().compute())
+        workers = client.scheduler_info()["workers"]
+        victim = next(a for a, w in workers.items() if w["name"] == "0-1")
+        pid = client.run(os.getpid, workers=[victim])[victim]
+        os.kill(pid, signal.SIGTERM)  # local mode: the worker runs on this machine
+        deadline = time.monotonic() + 60
+        while names(client) != before or victim in client.scheduler_info()["workers"]:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        after = names(client)
+        warnings = client.run_on_scheduler(shuffle_warnings)
+        client.submit(time.sleep, 30, pure=False)  # still running when the cluster ends
+        time.sleep(0.5)
+        out = {"sum": total, "before": before, "after": after}
+        out["shuffle_warnings"] = sum("initialized by task" in w for w in warnings)
+        print("TERMINAL " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
