@@ -13,6 +13,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slurm
@@ -32,8 +33,15 @@ def test_widget_and_repr_in_a_kernel(elastic_env, monkeypatch, tmp_path: Path) -
     monkeypatch.setenv("DASK_HPC__SCHEDULER_DIRECTORY", str(elastic_env))
     monkeypatch.setenv("DASK_HPC__CLUSTER__POLL_INTERVAL", "0.5")
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(c) for c in CELLS])
-    NotebookClient(nb, timeout=240, kernel_name="python3", resources={
-        "metadata": {"path": str(tmp_path)}}).execute()
+    # The kernel on Unix sockets: TCP ports picked ahead of the kernel's own bind can be taken
+    # meanwhile on a shared machine ("Address already in use", seen once).
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(tmp_path / "kernel"))
+    try:
+        NotebookClient(nb, km=km, timeout=240, resources={
+            "metadata": {"path": str(tmp_path)}}).execute()
+    finally:
+        if km.has_kernel:  # a kernel it was given, nbclient leaves running
+            km.shutdown_kernel(now=True)
     data = nb.cells[1].outputs[0]["data"]
     assert "application/vnd.jupyter.widget-view+json" in data  # the live widget (ipywidgets)
     html = data["text/html"]

@@ -44,8 +44,6 @@ def test_adapt_grows_only_the_pool_whose_resources_the_tasks_need(
     assert client.gather(futures) == list(range(21, 41))
     assert cpu.counter >= 1
     assert all("-cpu-" in n for n in worker_names(client))
-    del futures
-    wait_for(lambda: not cluster.jobs and not worker_names(client), 90, what="0 jobs again")
     assert gpu.counter == gpu_jobs  # the GPU pool did not grow for CPU work
     client.close()
 
