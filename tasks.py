@@ -209,10 +209,8 @@ def job(
     no_verify: bool = False,
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
-    from dask_hpc_deploy.jobscript import JobRequest, render
-    from dask_hpc_deploy.targets import load_target
+    from dask_hpc.batch.script import JobRequest, render
 
-    target = load_target(site)
     req = JobRequest(
         site=site,
         nodes=_count("nodes", nodes),
@@ -228,7 +226,7 @@ def job(
         image_key=image_key or None,
         verify_image=not no_verify,
     )
-    text = render(req, target)
+    text = render(req)
     if output:
         Path(output).write_text(text)
         Path(output).chmod(0o755)

@@ -32,4 +32,4 @@ def test_every_test_file_is_collected() -> None:
     missing = sorted(files - collected)
     assert files and not missing, f"never collected by `python3 -m pytest`: {missing}"
     dirs = {str(Path(f).parent) for f in files}
-    assert {"tests", "tests/build", "tests/ansible", "tests/spack"} <= dirs
+    assert {"tests", "tests/build", "tests/ansible", "tests/spack", "tests/elastic"} <= dirs

@@ -106,13 +106,18 @@ class StartClusterUsage(_Generated):
 
 
 def config_rows(path: Path) -> list[list[str]]:
-    """key / default / comment rows of ``hpc.yaml`` (a comment may go on over later lines)."""
+    """key / default / comment rows of ``hpc.yaml`` (a comment may go on over later lines; a
+    key with no value is a section, ``hpc.cluster``, whose keys are indented under it)."""
     rows: list[list[str]] = []
+    section = ""
     for line in path.read_text().splitlines():
-        entry = re.match(r"^  ([a-z-]+):\s*(.*?)\s*(?:#\s*(.*))?$", line)
+        entry = re.match(r"^(  |    )([a-z-]+):\s*(.*?)\s*(?:#\s*(.*))?$", line)
         more = re.match(r"^\s+#\s*(.*)$", line)
         if entry:
-            key, default, comment = entry.groups()
+            indent, key, default, comment = entry.groups()
+            if len(indent) == 2:
+                section = "" if default else f"{key}."
+            key = key if len(indent) == 2 else section + key
             rows.append([f"hpc.{key}", default.strip('"') or "", comment or ""])
         elif more and rows:
             rows[-1][2] += " " + more.group(1)

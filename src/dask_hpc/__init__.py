@@ -7,7 +7,7 @@ try:  # written by setuptools-scm from the git tag when the package is built or 
 except ImportError:  # a source tree never built (PYTHONPATH=src): pyproject's fallback_version
     __version__ = "0.0.0"
 
-__all__ = ["__version__", "connect"]
+__all__ = ["HPCCluster", "__version__", "connect"]
 
 
 def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
@@ -44,3 +44,12 @@ def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
     from .connection import connect as _connect
 
     return _connect(scheduler_file, **kwargs)
+
+
+def __getattr__(name: str):  # type: ignore[no-untyped-def]
+    """``dask_hpc.HPCCluster``, imported when first used (a rank never imports it)."""
+    if name == "HPCCluster":
+        from .elastic import HPCCluster
+
+        return HPCCluster
+    raise AttributeError(f"module 'dask_hpc' has no attribute {name!r}")

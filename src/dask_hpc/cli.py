@@ -86,6 +86,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="start only workers, joining the cluster of SCHEDULER_FILE",
     )
     where.add_argument(
+        "--name-prefix",
+        metavar="PREFIX",
+        help="with --join: name the workers PREFIX-RANK[-I] (default join-LAUNCH_ID), so that "
+        "whoever submitted this job knows its workers",
+    )
+    where.add_argument(
         "--abort-on-node-loss",
         action="store_true",
         default=None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import re
 import shutil
 import socket
 import tempfile
@@ -368,6 +369,13 @@ def _scheduler_spec(
 
 
 def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
+    if args.name_prefix is not None and (
+        not args.join or not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", args.name_prefix)
+    ):
+        raise UsageError(
+            f"--name-prefix {args.name_prefix!r} needs --join and letters, digits, '.', '_', '-'",
+            "e.g. --join FILE --name-prefix job-12",
+        )
     if args.join and args.command:
         raise UsageError(
             "--join starts only workers and cannot run a COMMAND",
@@ -463,7 +471,7 @@ def make_plan(
             env_i.update(gpus.worker_gpu_env(gpu_node, first_index + i, workers_here))
         name = f"{rank.rank}-{i}" if workers_here > 1 else str(rank.rank)
         if args.join:
-            name = f"join-{rank.launch_id}-{name}"
+            name = f"{args.name_prefix or 'join-' + rank.launch_id}-{name}"
         processes.append(ProcessSpec("worker", name, dict(options), env_i))
 
     return Plan(

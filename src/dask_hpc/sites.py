@@ -44,6 +44,9 @@ class Site:
     worker_env: Mapping[str, str] = field(default_factory=dict)
     ssh_hops: tuple[str, ...] = ()  # login path (bastion, login node) for the printed tunnel
     retired: str | None = None  # when the machine was retired (its profile stays for its users)
+    batch_directives: tuple[str, ...] = ()  # header lines every batch job here adds
+    batch_setup: tuple[str, ...] = ()  # shell lines before the launch (modules)
+    batch_queue: str | None = None  # how a queue is asked for, where not the batch system's way
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -66,6 +69,7 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
     cpu = data.get("cpu") or {}
     gpu = data.get("gpu") or {}
     detect = data.get("detect") or {}
+    batch = data.get("batch") or {}
     site = Site(
         name=data["name"],
         description=data["description"],
@@ -86,6 +90,9 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         ssh_hops=tuple(data.get("ssh_hops") or ()),
         worker_env={k: str(v) for k, v in (data.get("worker_env") or {}).items()},
         retired=str(data["retired"]) if data.get("retired") else None,
+        batch_directives=tuple(str(d) for d in batch.get("directives") or ()),
+        batch_setup=tuple(str(s) for s in batch.get("setup") or ()),
+        batch_queue=batch.get("queue"),
     )
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")

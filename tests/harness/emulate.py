@@ -81,23 +81,41 @@ def emulated_pals(
     """
     wd = Path(workdir)
     hosts = aurora_hosts(nodes)
-    spool = wd / "pals-spool"
+    env = pbs_job_env(wd, hosts, jobid, ncpus)
+    ranks_env, launcher = pals_ranks(
+        wd, hosts, nodes * ppn, ppn, depth=depth, hydra_args=hydra_args, cpu_bind=cpu_bind
+    )
+    env.update(ranks_env)
+    env.update(extra_env or {})
+    return [*_env_prefix(env), *launcher]
+
+
+def pals_ranks(
+    workdir: Path,
+    hosts: Sequence[str],
+    n: int,
+    ppn: int,
+    *,
+    depth: int = 1,
+    hydra_args: Sequence[str] = (),
+    cpu_bind: str | None = None,
+) -> tuple[dict[str, str], list[str]]:
+    """PALS ``mpiexec -n N --ppn P [--cpu-bind list:...]`` over ``hosts``: the variables the
+    per-rank shim reads, and the argv prefix (MPICH hydra, fork launcher, ``hydra_args``, then
+    ``bin/pals-rank``)."""
+    spool = workdir / "pals-spool"
     spool.mkdir(parents=True, exist_ok=True)
     (spool / "apinfo").write_bytes(b"")
-    apid = "b2c4f1a0-7d3e-4e51-9a8c-0f2d6c1e5a77"
-    env = pbs_job_env(wd, hosts, jobid, ncpus)
-    env.update(
-        DASK_HPC_EMU_HOSTS=" ".join(hosts),
-        DASK_HPC_EMU_PPN=str(ppn),
-        DASK_HPC_EMU_APID=apid,
-        DASK_HPC_EMU_DEPTH=str(depth),
-        DASK_HPC_EMU_SPOOL=str(spool),
-    )
+    env = {
+        "DASK_HPC_EMU_HOSTS": " ".join(hosts),
+        "DASK_HPC_EMU_PPN": str(ppn),
+        "DASK_HPC_EMU_APID": "b2c4f1a0-7d3e-4e51-9a8c-0f2d6c1e5a77",
+        "DASK_HPC_EMU_DEPTH": str(depth),
+        "DASK_HPC_EMU_SPOOL": str(spool),
+    }
     if cpu_bind:
         env["DASK_HPC_EMU_CPU_BIND"] = cpu_bind
-    env.update(extra_env or {})
-    launcher = mpich(nodes * ppn, hosts=hosts, ppn=ppn, extra=hydra_args)
-    return [*_env_prefix(env), *launcher, str(PALS_RANK)]
+    return env, [*mpich(n, hosts=hosts, ppn=ppn, extra=hydra_args), str(PALS_RANK)]
 
 
 def summit_hosts(nodes: int) -> list[str]:
@@ -154,20 +172,40 @@ def emulated_jsrun(
     wd = Path(workdir)
     hosts = summit_hosts(nodes)
     env = lsf_job_env(wd, hosts, jobid, cores_per_node)
-    env.update(
-        DASK_HPC_EMU_GPUS_PER_TASK=str(gpus_per_task),
-        DASK_HPC_EMU_JSM_LOCAL_SIZE="1" if jsm_local_size else "0",
+    ranks_env, launcher = jsrun_ranks(
+        wd, hosts, nodes * ppn, ppn, jobid=jobid, gpus_per_task=gpus_per_task, mpi=mpi,
+        jsm_local_size=jsm_local_size,
     )
+    env.update(ranks_env)
     env.update(extra_env or {})
-    n = nodes * ppn
+    return [*_env_prefix(env), *launcher]
+
+
+def jsrun_ranks(
+    workdir: Path,
+    hosts: Sequence[str],
+    n: int,
+    ppn: int,
+    *,
+    jobid: str,
+    gpus_per_task: int = 0,
+    mpi: str = "openmpi",
+    jsm_local_size: bool = False,
+) -> tuple[dict[str, str], list[str]]:
+    """jsrun's ranks over ``hosts``: the variables the per-rank shim reads, and the argv
+    prefix (Open MPI or MPICH over made-up hosts, then ``bin/jsrun-rank``)."""
+    env = {
+        "DASK_HPC_EMU_GPUS_PER_TASK": str(gpus_per_task),
+        "DASK_HPC_EMU_JSM_LOCAL_SIZE": "1" if jsm_local_size else "0",
+    }
     if mpi == "openmpi":
-        hostfile = write_hostfile(hosts, wd / f"jsrun-hosts-{jobid}", slots=ppn)
+        hostfile = write_hostfile(hosts, workdir / f"jsrun-hosts-{jobid}", slots=ppn)
         launcher = openmpi(n, ppn=ppn, hostfile=hostfile)
     elif mpi == "mpich":
         launcher = mpich(n, hosts=hosts, ppn=ppn)
     else:
         raise ValueError(f"mpi must be 'openmpi' or 'mpich', not {mpi!r}")
-    return [*_env_prefix(env), *launcher, str(JSRUN_RANK)]
+    return env, [*launcher, str(JSRUN_RANK)]
 
 
 def emulated_cobalt(

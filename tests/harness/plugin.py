@@ -61,6 +61,16 @@ def _jobs_still_running(cluster: SlurmCluster) -> list[tuple[str, str, str]]:
     return cluster.jobs()
 
 
+def watch_slurm_jobs(cluster: SlurmCluster) -> None:
+    """Check another Slurm cluster (a test directory's own) for jobs left after each test."""
+    _SESSION_CLUSTER.append(cluster)
+
+
+def unwatch_slurm_jobs(cluster: SlurmCluster) -> None:
+    if cluster in _SESSION_CLUSTER:
+        _SESSION_CLUSTER.remove(cluster)
+
+
 @pytest.fixture
 def tagged_env(test_tag: str) -> dict[str, str]:
     """``os.environ`` + the test tag + loopback MPI settings (Open MPI as root, oversubscribe)."""

@@ -67,6 +67,7 @@ WaitTime=0
 {extra}
 {nodes}
 PartitionName={partition} Nodes={node_list} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+{partitions}
 """
 
 
@@ -92,6 +93,7 @@ class SlurmCluster:
         kill_on_bad_exit: int = 0,
         unkillable_timeout: int = 20,
         extra_conf: str = "",
+        partitions: Mapping[str, str] | None = None,
         slurmd_timeout: int = 30,
     ) -> None:
         self.root = Path(workdir).resolve()
@@ -103,6 +105,7 @@ class SlurmCluster:
         self.unkillable_timeout = unkillable_timeout
         self.slurmd_timeout = slurmd_timeout  # a node silent this long is DOWN (node failure)
         self.extra_conf = extra_conf
+        self.partitions = dict(partitions or {})  # more partitions: name -> their options
         self.conf_path = self.root / "slurm.conf"
         self.env: dict[str, str] = {"SLURM_CONF": str(self.conf_path)}
         self.started = False
@@ -144,6 +147,11 @@ class SlurmCluster:
             nodes=node_lines,
             partition=self.partition,
             node_list=",".join(self.nodes),
+            partitions="\n".join(
+                f"PartitionName={name} Nodes={','.join(self.nodes)} State=UP OverSubscribe=YES "
+                f"{options}"
+                for name, options in self.partitions.items()
+            ),
         )
         self.conf_path.write_text(text)
 
@@ -214,7 +222,8 @@ class SlurmCluster:
         t0 = time.monotonic()
         try:
             if self._daemon_pids and pid_alive(self._daemon_pids[0]):
-                self.run(["scancel", "--full", "--partition", self.partition], timeout=10)
+                for part in (self.partition, *self.partitions):
+                    self.run(["scancel", "--full", "--partition", part], timeout=10)
                 try:
                     wait_for(lambda: not self.jobs(), min(timeout, 2 * self.kill_wait + 10),
                              what="Slurm jobs to end")
@@ -359,7 +368,8 @@ class SlurmCluster:
 
     def cancel_all(self, timeout: float | None = None) -> None:
         """Cancel every job and wait until ``squeue`` lists none."""
-        self.run(["scancel", "--partition", self.partition], timeout=15)
+        for part in (self.partition, *self.partitions):
+            self.run(["scancel", "--partition", part], timeout=15)
         wait_for(lambda: not self.jobs(), timeout or 2 * self.kill_wait + 15,
                  what="all Slurm jobs to end")
 

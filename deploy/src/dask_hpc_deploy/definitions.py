@@ -60,17 +60,22 @@ def _tests(build: Mapping[str, object]) -> str:
 
 def launch_example(target: Target) -> str:
     """The site's launcher running one container per rank (for %help and the docs)."""
-    from .jobscript import launch_command  # jobscript holds the launcher data
+    from dask_hpc.batch.script import launch_command  # the launcher data lives there
+    from dask_hpc.sites import all_sites
 
     gpus = int(target.build.get("example_workers_per_node") or 2)
     kind = "gpu" if target.gpu_vendor else "cpu"
+    site = all_sites().get(target.name)
     return launch_command(
-        target,
+        launcher=target.launcher,
+        batch_system=site.batch_system if site else None,
         nodes=2,
         workers_per_node=gpus,
-        image="IMAGE",
         worker_type=kind,
-        command="python job.py",
+        argv=["start-cluster", kind, str(gpus), "--", "python", "job.py"],
+        image="IMAGE",
+        gpu_flag=target.gpu_flag,
+        cores=site.cpu_cores if site else None,
     )
 
 

@@ -50,7 +50,9 @@ class Target:
     @property
     def gpu_flag(self) -> str:
         """``--nv``, ``--rocm`` or nothing: what ``apptainer exec`` needs for this GPU."""
-        return str(self.build.get("apptainer_gpu_flag") or "")
+        from dask_hpc.batch.script import apptainer_gpu_flag
+
+        return apptainer_gpu_flag(self.gpu_vendor)
 
     @property
     def stack(self) -> str:

@@ -1,16 +1,10 @@
-"""The one template syntax of our data files: ``@{name}`` (shell's ``$`` and ``@`` stay as is)."""
+"""Templates of the build tooling, in the runtime's one syntax: ``@{name}``."""
 
 from __future__ import annotations
 
-import string
 from importlib import resources
 
-
-class Template(string.Template):
-    """``string.Template`` that only knows ``@{name}`` placeholders."""
-
-    delimiter = "@"
-    pattern = r"@(?:(?P<escaped>(?!))|(?P<named>(?!))|\{(?P<braced>[a-z_]+)\}|(?P<invalid>(?!)))"
+from dask_hpc.batch.templating import Template
 
 
 def template(name: str) -> Template:

@@ -1,7 +1,0 @@
-#!/bin/bash
-@{directives}
-# dask-hpc on @{site}: @{nodes} node(s) x @{per_node} @{worker_type} worker(s), one container per rank.
-set -euo pipefail
-cd "${LS_SUBCWD:-.}"
-@{setup}
-@{launch}

@@ -1,0 +1,237 @@
+"""Batch scripts: the site's batch system, its launcher, start-cluster on every rank.
+
+The one source of job scripts: ``invoke job`` (a cluster that runs a COMMAND) and
+``HPCCluster`` (jobs whose workers join a running cluster) both render them here, from the
+batch-system and launcher tables (``systems.yaml``) and the site profile's batch lines.
+Each rank runs inside the image (``apptainer exec``) when one is given, else in the Python
+environment that rendered the script.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from .. import images
+from ..errors import UsageError
+from ..sites import Site, load_site
+from .templating import Template
+
+WORKER_TYPES = ("cpu", "gpu")
+
+
+@cache
+def data() -> dict[str, Any]:
+    """``systems.yaml``: batch systems, launchers, Apptainer's GPU flags."""
+    text = resources.files(__package__).joinpath("systems.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def template(name: str) -> Template:
+    """The job script template ``templates/NAME``."""
+    return Template(resources.files(__package__).joinpath("templates", name).read_text())
+
+
+def apptainer_gpu_flag(vendor: str | None) -> str:
+    """``--nv``, ``--rocm`` or nothing: what ``apptainer exec`` needs for this vendor's GPUs."""
+    return str(data()["apptainer_gpu_flags"].get(vendor) or "") if vendor else ""
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """One batch job: ``invoke job`` (with a COMMAND) or an elastic cluster's job (``argv``)."""
+
+    site: str
+    nodes: int
+    command: Sequence[str] = ()  # run once the cluster is up (start-cluster's COMMAND)
+    workers_per_node: int | None = None
+    worker_type: str | None = None
+    walltime: str = "01:00:00"
+    account: str | None = None
+    queue: str | None = None
+    image: str | None = None  # default: dask-hpc-SITE.sif, unless python is given
+    job_name: str = "dask-hpc"
+    output: str | None = None
+    batch_system: str | None = None  # default: the site's
+    launcher: str | None = None  # default: the site's, else the batch system's
+    cluster_args: Sequence[str] = ()  # more start-cluster options (--join FILE ...)
+    python: str | None = None  # without an image: ranks run ``PYTHON -m dask_hpc``
+    program: Sequence[str] | None = None  # instead of start-cluster (a scheduler's job)
+    env: Mapping[str, str] = field(default_factory=dict)  # exported before the launch
+    directives: Sequence[str] = ()  # more header lines
+    setup: Sequence[str] = ()  # more shell lines before the launch
+    binds: Sequence[str] = ()  # paths apptainer exec binds (the cluster's directory)
+    image_key: str | None = None  # the site's public key; default: hpc.image-key (issue 21)
+    verify_image: bool = True  # False: the explicit opt-out of the image check (issue 21)
+
+
+def parse_walltime(text: str) -> int:
+    """Seconds in ``HH:MM:SS``, ``HH:MM`` or plain minutes."""
+    if re.fullmatch(r"\d+", text):
+        return int(text) * 60
+    m = re.fullmatch(r"(\d+):(\d{1,2})(?::(\d{1,2}))?", text)
+    if not m:
+        raise UsageError(f"bad walltime {text!r}", "write HH:MM:SS, HH:MM or minutes")
+    h, mi, s = int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+    if mi >= 60 or s >= 60:
+        raise UsageError(f"bad walltime {text!r}", "minutes and seconds go up to 59")
+    if h * 3600 + mi * 60 + s == 0:
+        raise UsageError(f"bad walltime {text!r}", "a job needs more than no time")
+    return h * 3600 + mi * 60 + s
+
+
+def format_walltime(fmt: str, seconds: int) -> str:
+    """``seconds`` in a batch system's walltime format (whole minutes are rounded up)."""
+    minutes = -(-seconds // 60)
+    return fmt.format(
+        h=seconds // 3600,
+        m=(seconds % 3600) // 60,
+        s=seconds % 60,
+        minutes=minutes,
+        mh=minutes // 60,
+        mm=minutes % 60,
+    )
+
+
+def system_table(name: str) -> Mapping[str, Any]:
+    """The row of batch system ``name``, or a UsageError."""
+    system = data()["batch_systems"].get(name)
+    if not system:
+        raise UsageError(
+            f"no batch system {name!r}", f"use one of: {', '.join(data()['batch_systems'])}"
+        )
+    return system
+
+
+def launcher_for(site: Site, batch_system: str, override: str | None = None) -> str:
+    """The launcher of jobs on ``site`` under ``batch_system``: asked for, the site's, else the
+    batch system's usual one (a plain Slurm cluster: srun)."""
+    if override:
+        if override not in data()["launchers"]:
+            raise UsageError(
+                f"unknown launcher {override!r}", f"use one of: {', '.join(data()['launchers'])}"
+            )
+        return override
+    if site.batch_system == batch_system and site.launcher != "none":
+        return site.launcher
+    return str(system_table(batch_system)["launcher"])
+
+
+def launch_command(
+    *,
+    launcher: str,
+    batch_system: str | None,
+    nodes: int,
+    workers_per_node: int,
+    worker_type: str,
+    argv: Sequence[str],
+    image: str | None = None,
+    gpu_flag: str = "",
+    binds: Sequence[str] = (),
+    cores: int | None = None,
+) -> str:
+    """``LAUNCHER [apptainer exec [--nv|--rocm] IMAGE] ARGV``: one rank per worker."""
+    cores = cores or workers_per_node
+    fields = {
+        "nodes": nodes,
+        "per_node": workers_per_node,
+        "ranks": nodes * workers_per_node,
+        "cores_per_rank": max(1, cores // workers_per_node),
+        "gpus_per_rank": 1 if worker_type == "gpu" else 0,
+    }
+    launchers = data()["launchers"]
+    key = f"{launcher}-{batch_system}"
+    prefix = launchers.get(key, launchers[launcher]).format(**fields)
+    exec_: list[str] = []
+    if image:
+        exec_ = ["apptainer", "exec", *gpu_flag.split()]
+        for path in binds:
+            exec_ += ["--bind", path]
+        exec_.append(image)
+    return " ".join(p for p in (prefix, shlex.join([*exec_, *argv])) if p)
+
+
+def render(req: JobRequest) -> str:
+    """The batch script for ``req`` on its site."""
+    site = load_site(req.site)
+    name = req.batch_system or site.batch_system
+    if name == "none":
+        raise UsageError(f"site {site.name} has no batch system", "start-cluster runs directly")
+    system = system_table(name)
+    # The site's own batch lines are for its own batch system (not for one asked instead).
+    own = site if name == site.batch_system else load_site("generic")
+    if req.nodes < 1:
+        raise UsageError(f"--nodes must be at least 1, not {req.nodes}")
+    if not req.command and not req.cluster_args and req.program is None:
+        raise UsageError("no command to run", "give it after --, e.g. -- python job.py")
+    worker_type = req.worker_type or ("gpu" if site.gpu_vendor else "cpu")
+    if worker_type not in WORKER_TYPES:
+        raise UsageError(f"unknown worker type {worker_type!r}", "use cpu or gpu")
+    per_node = req.workers_per_node or (site.gpu_count if worker_type == "gpu" else None) or 1
+    if per_node < 1:
+        raise UsageError(f"--workers-per-node must be at least 1, not {per_node}")
+    walltime = format_walltime(system["walltime"], parse_walltime(req.walltime))
+    image = req.image or (None if req.python else f"dask-hpc-{site.name}.sif")
+
+    def directive(fmt: str | None, *args: object, **kw: object) -> list[str]:
+        return [system["directive"].format(fmt.format(*args, **kw))] if fmt else []
+
+    lines = directive(system["name"], name=req.job_name)
+    lines += directive(system["nodes"], nodes=req.nodes)
+    lines += directive(system["per_node"], per_node=per_node)
+    lines += directive(system["time"], walltime=walltime)
+    if req.account:
+        lines += directive(system["account"], req.account)
+    if req.queue:
+        lines += directive(own.batch_queue or system["queue"], req.queue)  # e.g. a QOS
+    lines += directive(system["output"], req.output or system["default_output"])
+    lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
+    setup = [*own.batch_setup, *req.setup]
+    if image:  # verified with the site's key once, before the launcher starts any rank
+        trust = images.configured_trust(req.image_key, None if req.verify_image else False)
+        if trust.key is not None:
+            setup += images.shell_check(image, trust.key)
+    setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
+
+    if req.program is not None:  # one process on the job's first node
+        launcher, argv = "none", list(req.program)
+    else:
+        launcher = launcher_for(site, name, req.launcher)
+        head = ["start-cluster"] if image else [req.python or "python3", "-m", "dask_hpc"]
+        argv = [*head, worker_type, str(per_node), *req.cluster_args]
+        if req.command:
+            argv += ["--", *req.command]
+    launch = launch_command(
+        launcher=launcher,
+        batch_system=name,
+        nodes=req.nodes,
+        workers_per_node=per_node,
+        worker_type=worker_type,
+        argv=argv,
+        image=image,
+        gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
+        binds=req.binds,
+        cores=site.cpu_cores,
+    )
+    where = "one container per rank" if image else "this Python environment on every rank"
+    if req.program is not None:
+        summary = f"# dask-hpc on {site.name}: the scheduler of an elastic cluster."
+    else:
+        summary = (
+            f"# dask-hpc on {site.name}: {req.nodes} node(s) x {per_node} {worker_type} "
+            f"worker(s), {where}."
+        )
+    text = template(f"{name}.sh").substitute(
+        directives="\n".join(lines),
+        summary=summary,
+        setup="\n".join(setup),
+        launch=launch,
+    )
+    return re.sub(r"\n{3,}", "\n\n", text)

@@ -1,0 +1,7 @@
+#!/bin/bash
+@{directives}
+@{summary}
+set -euo pipefail
+cd "${LS_SUBCWD:-.}"
+@{setup}
+@{launch}

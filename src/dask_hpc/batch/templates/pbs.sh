@@ -1,0 +1,7 @@
+#!/bin/bash
+@{directives}
+@{summary}
+set -euo pipefail
+cd "${PBS_O_WORKDIR:-.}"
+@{setup}
+@{launch}

@@ -1,0 +1,302 @@
+"""``hpc-cluster``: an elastic cluster from the shell, for who does not write Python.
+
+    hpc-cluster up cpu --workers-per-node 2 --jobs 2 -- python job.py   # run, then close
+    hpc-cluster up gpu --adapt 0:10 --scheduler-file ~/c.json &        # keep it running
+    hpc-cluster scale ~/c.json --jobs 4
+    hpc-cluster status ~/c.json
+    hpc-cluster down ~/c.json
+    hpc-cluster script cpu --workers-per-node 2                        # print a job script
+
+``up`` runs the cluster (an ``HPCCluster``) in its own process until COMMAND ends, or until
+``down``, Ctrl-C or SIGTERM; every job is gone when it returns. The other commands reach it
+through its scheduler file (TLS, so only its owner can).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..images import ImageError
+
+PROG = "hpc-cluster"
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message, f"see {PROG} --help")
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"{PROG}: {message}\n")
+    sys.stderr.flush()
+
+
+def jobs_range(text: str) -> tuple[int, int]:
+    low, sep, high = text.partition(":")
+    if not sep or not low.isdigit() or not high.isdigit() or int(high) < int(low):
+        raise argparse.ArgumentTypeError(f"{text!r} is not MIN:MAX jobs, e.g. 0:10")
+    return int(low), int(high)
+
+
+def count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(text)
+
+
+def key_value(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=VALUE")
+    return key, value
+
+
+def _cluster_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kind", choices=("cpu", "gpu"), help="the workers of the first pool")
+    p.add_argument("--workers-per-node", type=count)
+    p.add_argument("--nodes-per-job", type=count)
+    p.add_argument("--site", help="site profile (default: detected)")
+    p.add_argument("--account", help="project to charge")
+    p.add_argument("--queue", help="queue or partition")
+    p.add_argument("--walltime", help="each job's, HH:MM:SS")
+    p.add_argument("--image", help="Apptainer image the workers run in (default: this Python)")
+    p.add_argument("--batch-system", help="slurm, pbs or lsf (default: detected)")
+    p.add_argument("--scheduler", choices=("local", "job"), help="where the scheduler runs")
+    p.add_argument("--job-directive", action="append", default=None, metavar="LINE")
+    p.add_argument("--job-setup", action="append", default=None, metavar="SHELL_LINE")
+    p.add_argument("--job-env", action="append", type=key_value, default=None,
+                   metavar="NAME=VALUE")
+    p.add_argument("--worker-arg", action="append", default=None, metavar="ARG",
+                   help="a start-cluster option for the workers (repeat: --worker-arg=--nthreads "
+                   "--worker-arg=4)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
+                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    up = sub.add_parser("up", help="start a cluster (and run COMMAND on it)")
+    _cluster_options(up)
+    size = up.add_mutually_exclusive_group()
+    size.add_argument("--jobs", type=count, default=0, help="jobs to keep (default 0)")
+    size.add_argument("--adapt", type=jobs_range, metavar="MIN:MAX", help="adapt in jobs")
+    up.add_argument("--scheduler-file", help="also reachable here (a link), for the others")
+    up.add_argument("--wait", type=count, metavar="WORKERS",
+                    help="workers to wait for before COMMAND (default: all of --jobs)")
+    up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for them")
+    script = sub.add_parser("script", help="print the job script, submit nothing")
+    _cluster_options(script)
+    for name, text in (("scale", "set a pool's jobs"), ("adapt", "adapt a pool in jobs"),
+                       ("status", "the pools and their jobs"), ("down", "close the cluster")):
+        s = sub.add_parser(name, help=text)
+        s.add_argument("scheduler_file", metavar="SCHEDULER_FILE")
+        if name in ("scale", "adapt"):
+            s.add_argument("--pool", help="default: the first pool")
+        if name == "scale":
+            how = s.add_mutually_exclusive_group(required=True)
+            how.add_argument("--jobs", type=count)
+            how.add_argument("--workers", type=count)
+        if name == "adapt":
+            s.add_argument("--jobs", type=jobs_range, required=True, metavar="MIN:MAX")
+        if name == "status":
+            s.add_argument("--json", action="store_true")
+        if name == "down":
+            s.add_argument("--timeout", type=float, default=300.0,
+                           help="seconds to wait for every job to end")
+    return p
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    argv = list(argv)
+    if "--" in argv:
+        at = argv.index("--")
+        if not argv[at + 1 :]:
+            raise UsageError("'--' is not followed by a command", "write: -- COMMAND [ARGS...]")
+        return argv[:at], argv[at + 1 :]
+    return argv, []
+
+
+def _cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = {
+        "workers_per_node": args.workers_per_node,
+        "nodes_per_job": args.nodes_per_job,
+        "site": args.site,
+        "account": args.account,
+        "queue": args.queue,
+        "walltime": args.walltime,
+        "image": args.image,
+        "batch_system": args.batch_system,
+        "scheduler": args.scheduler,
+        "job_directives": args.job_directive,
+        "job_setup": args.job_setup,
+        "job_env": dict(args.job_env) if args.job_env else None,
+        "worker_args": args.worker_arg,
+    }
+    return {"kind": args.kind, **kwargs}
+
+
+def up(args: argparse.Namespace, command: list[str]) -> int:
+    from .cluster import HPCCluster
+
+    if command and not _which(command[0]):
+        raise UsageError(f"command {command[0]!r} not found", "check the name, or its path")
+    link = Path(args.scheduler_file).expanduser() if args.scheduler_file else None
+    if link is not None and not link.parent.is_dir():
+        raise UsageError(f"--scheduler-file {link}: no directory {link.parent}", "create it first")
+    stop: list[int] = []  # the signals received: close the cluster, then exit 128+N
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, frame: stop.append(signum))
+    cluster = HPCCluster(**_cluster_kwargs(args))
+    try:
+        cluster.remote_control = True
+        if link is not None:
+            link.unlink(missing_ok=True)
+            link.symlink_to(cluster.scheduler_file)
+        if args.adapt:
+            cluster.adapt(minimum_jobs=args.adapt[0], maximum_jobs=args.adapt[1])
+        elif args.jobs:
+            cluster.scale(jobs=args.jobs)
+        say(f"cluster {cluster.cluster_id} up: scheduler file {link or cluster.scheduler_file}")
+        say(f"dashboard: {cluster.dashboard_link}")
+        if not command:
+            say(f"`{PROG} down {link or cluster.scheduler_file}` or Ctrl-C closes it")
+            while not stop and not cluster.close_requested.wait(0.5):
+                pass
+            return 128 + stop[0] if stop else 0
+        wanted = args.wait if args.wait is not None else args.jobs * _workers_per_job(cluster)
+        if wanted:
+            cluster.wait_for_workers(wanted, timeout=args.timeout)
+        assert cluster.info is not None
+        env = {**os.environ, **cluster.info.client_env()}
+        proc = subprocess.Popen(command, env=env)
+        while proc.poll() is None:
+            if stop or cluster.close_requested.is_set():
+                proc.terminate()
+                proc.wait()
+                break
+            cluster.close_requested.wait(0.5)
+        code = proc.returncode
+        return 128 - code if code < 0 else code
+    finally:
+        cluster.close()
+        if link is not None and link.is_symlink():
+            link.unlink()
+        say(f"cluster {cluster.cluster_id} closed")
+
+
+def _workers_per_job(cluster: Any) -> int:
+    return next(iter(cluster.pools.values())).workers_per_job
+
+
+def _which(name: str) -> bool:
+    import shutil
+
+    return shutil.which(name) is not None
+
+
+def script(args: argparse.Namespace) -> int:
+    """The job script a cluster of these options would submit (nothing starts)."""
+    from ..batch import script as scripts
+    from . import naming
+    from .cluster import HPCCluster
+
+    # What HPCCluster checks and renders, without a scheduler: its settings alone.
+    probe = HPCCluster.__new__(HPCCluster)
+    HPCCluster._settle(probe, **_cluster_kwargs(args), check_commands=False)
+    pool = next(iter(probe.pools.values()))
+    name = naming.job_name(probe.cluster_id, pool.name, 1)
+    sys.stdout.write(scripts.render(probe._request(pool, name)))
+    return 0
+
+
+def remote(args: argparse.Namespace) -> int:
+    from .. import connect
+    from . import state
+
+    path = Path(args.scheduler_file).expanduser()
+    if args.command == "down" and path.resolve().parent.is_dir():
+        directory = path.resolve().parent
+        if (directory / state.STATE).exists() and not state.managed(directory):
+            ids = state.cleanup(directory)  # its manager died: cancel what it left
+            if path.is_symlink():
+                path.unlink()
+            say(f"no process ran the cluster any more: cancelled job(s) {', '.join(ids)}")
+            return 0
+    try:
+        client = connect(path, timeout=30)
+    except FileNotFoundError:
+        raise UsageError(f"no running cluster at {path}", "give the file `up` printed") from None
+    from . import control
+
+    try:
+        if args.command == "status":
+            status = client.get_metadata([control.KEY, "status"], None)
+            if status is None:
+                raise UsageError("the cluster has not published its status yet", "try again")
+            if args.json:
+                print(json.dumps(status, indent=2))
+            else:
+                print(f"cluster {status['cluster']}  dashboard {status['dashboard']}")
+                print("pool  kind  workers/job  jobs  queued  running  workers  adapt")
+                for row in status["pools"]:
+                    print(f"{row['pool']}  {row['kind']}  {row['workers_per_job']}  "
+                          f"{row['target_jobs']}  {row['queued']}  {row['running']}  "
+                          f"{row['workers']}  {row['adapt'] or '-'}")
+            return 0
+        if args.command == "down":  # answered by the cluster's end: its files go last
+            target = path.resolve()
+            control.send(client, {"op": "down"})
+            client.close()
+            deadline = time.monotonic() + args.timeout
+            while target.exists() and time.monotonic() < deadline:
+                time.sleep(0.2)
+            if target.exists():
+                raise UsageError(f"the cluster is still up after {args.timeout:g} s", "see `up`")
+            say("cluster closed")
+            return 0
+        body: dict[str, Any] = {"op": args.command}
+        if args.command in ("scale", "adapt"):
+            body.update(pool=args.pool, jobs=args.jobs)
+        if args.command == "scale":
+            body["workers"] = args.workers
+        answer = control.request(client, body)
+        if not answer["ok"]:
+            raise UsageError(answer["message"])
+        say(answer["message"])
+        return 0
+    finally:
+        client.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``hpc-cluster`` console script."""
+    argv = sys.argv[1:] if argv is None else argv
+    try:
+        options, command = split_command(argv)
+        args = build_parser().parse_args(options)
+        if command and args.command != "up":
+            raise UsageError("only `up` runs a COMMAND", f"{PROG} up KIND ... -- COMMAND")
+        if args.command == "up":
+            return up(args, command)
+        if args.command == "script":
+            return script(args)
+        return remote(args)
+    except (UsageError, ImageError) as error:
+        say(f"error: {error}")
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

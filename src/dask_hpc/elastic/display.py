@@ -1,0 +1,94 @@
+"""What a person sees of an HPCCluster: its dashboard link (token included; behind JupyterHub,
+through jupyter-server-proxy), a status table per pool, and the Jupyter repr built on Dask's."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import dask.config
+from distributed.utils import format_dashboard_link
+
+DEFAULT_LINK = "{scheme}://{host}:{port}/status"  # distributed.dashboard.link's default
+HUB_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"  # through jupyter-server-proxy
+
+
+class Display:
+    """Mixed into HPCCluster, before Dask's Cluster (whose repr it extends)."""
+
+    info: Any
+    scheduler: Any
+    pools: dict[str, Any]
+    jobs: dict[str, Any]
+    batch_system: str
+    site: Any
+    scheduler_mode: str
+
+    @property
+    def dashboard_link(self) -> str:
+        """The dashboard with its token; behind JupyterHub, through jupyter-server-proxy."""
+        if self.info is None or not self.info.dashboard_port:
+            return ""
+        port = self.info.dashboard_port
+        host = "localhost"
+        if self.scheduler is None:  # a scheduler job: its node's address
+            host = self.info.address.split("://", 1)[-1].rsplit(":", 1)[0]
+        template = dask.config.get("distributed.dashboard.link")
+        if os.environ.get("JUPYTERHUB_SERVICE_PREFIX") and template == DEFAULT_LINK:
+            with dask.config.set({"distributed.dashboard.link": HUB_LINK}):
+                where = port if host == "localhost" else f"{host}:{port}"
+                link = format_dashboard_link(host, where)
+        else:
+            link = format_dashboard_link(host, port)
+        token = self.info.dashboard_token
+        return f"{link}{'&' if '?' in link else '?'}token={token}" if token else link
+
+    def status_table(self) -> list[dict[str, Any]]:
+        """One row per pool: its shape, what it is asked for, its jobs and workers now."""
+        rows = []
+        for pool in list(self.pools.values()):
+            mine = [j for j in list(self.jobs.values()) if j.pool == pool.name]
+            rows.append(
+                {
+                    "pool": pool.name,
+                    "kind": pool.kind,
+                    "workers_per_job": pool.workers_per_job,
+                    "walltime": pool.walltime,
+                    "target_jobs": pool.target,
+                    "adapt": None if pool.bounds is None else list(pool.bounds),
+                    "queued": sum(1 for j in mine if j.state in (None, "queued")),
+                    "running": sum(1 for j in mine if j.state == "running"),
+                    "workers": sum(len(j.workers) for j in mine),
+                    "broken": pool.broken,
+                }
+            )
+        return rows
+
+    def _repr_html_(self, cluster_status: str | None = None) -> str:
+        head = "".join(
+            f"<th style='text-align: left'>{h}</th>"
+            for h in ("Pool", "Kind", "Workers/job", "Walltime", "Jobs asked", "Queued",
+                      "Running", "Workers")
+        )
+        rows = "".join(
+            "<tr>"
+            + "".join(
+                f"<td style='text-align: left'>{row[k]}</td>"
+                for k in ("pool", "kind", "workers_per_job", "walltime", "target_jobs",
+                          "queued", "running", "workers")
+            )
+            + "</tr>"
+            for row in self.status_table()
+        )
+        table = (
+            f"<p>Batch system: {self.batch_system}, site: {self.site.name}, scheduler: "
+            f"{self.scheduler_mode}</p><table><tr>{head}</tr>{rows}</table>"
+        )
+        return super()._repr_html_(cluster_status=table + (cluster_status or ""))
+
+    def __repr__(self) -> str:
+        text = super().__repr__()
+        jobs = sum(1 for j in list(self.jobs.values()) if not j.ended)
+        return f"{text[:-1]}, jobs={jobs})"
+
+

@@ -1,0 +1,205 @@
+"""A pool: one kind of job of an elastic cluster (CPU or GPU workers, its own size and queue).
+
+A pool's settings come from the arguments, else ``hpc.cluster.*`` in dask's config, else the
+site profile; it renders its jobs' scripts with ``dask_hpc.batch.script``. Its state (the
+jobs it is asked for, adaptive bounds, failures) lives with it, changed only by the cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+import sys
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import config
+from ..batch import script
+from ..errors import UsageError
+from ..sites import Site
+from .naming import POOL_NAME
+
+LIFETIME_ENV = "DASK_DISTRIBUTED__WORKER__LIFETIME__"
+# Share of the walltime kept free at its end, within these bounds: the workers retire (their
+# data moved by Dask) before the batch system kills the job.
+MARGIN_SHARE, MARGIN_MIN, MARGIN_MAX = 1 / 6, 20.0, 600.0
+KINDS = ("cpu", "gpu")
+
+
+@dataclass
+class Pool:
+    """What one pool's jobs look like, and what the cluster asks of the pool."""
+
+    name: str
+    kind: str
+    workers_per_node: int
+    nodes_per_job: int
+    walltime: str
+    walltime_seconds: int
+    account: str | None
+    queue: str | None
+    image: str | None
+    launcher: str | None
+    directives: tuple[str, ...]
+    setup: tuple[str, ...]
+    env: dict[str, str]
+    worker_args: tuple[str, ...]
+    lifetime_margin: float
+    threads_guess: int  # threads per worker before any worker has connected
+    # What the cluster asks of it
+    target: int = 0  # jobs
+    bounds: tuple[int, float] | None = None  # adaptive (minimum, maximum) jobs, or manual
+    broken: str | None = None  # why it submits no more jobs
+    failures: int = 0  # jobs in a row that ended before any worker connected
+    ever_connected: bool = False
+    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=5))
+    counter: int = 0  # jobs submitted so far (their numbers)
+
+    @property
+    def workers_per_job(self) -> int:
+        return self.workers_per_node * self.nodes_per_job
+
+    @property
+    def resources(self) -> dict[str, float]:
+        """What each of its workers offers tasks (start-cluster gives gpu workers GPU=1)."""
+        return {"GPU": 1} if self.kind == "gpu" else {}
+
+    def lifetime(self) -> tuple[float, float]:
+        """(duration, stagger) of Dask's worker lifetime: every worker retires within
+        ``duration +- stagger`` of its start, all before the walltime."""
+        duration = self.walltime_seconds - self.lifetime_margin
+        return duration, self.lifetime_margin / 4
+
+    def retire_lead(self) -> float:
+        """How long before its first worker retires a job stops counting, so that its
+        replacement is connected by then: the slowest recent submit-to-connected time, with
+        half again as margin (60 s before any job connected), at most half the walltime."""
+        latency = max(self.latencies) if self.latencies else 60.0
+        return min(1.5 * latency + 5.0, self.walltime_seconds / 2)
+
+    def jobs_for_workers(self, workers: int) -> int:
+        return math.ceil(workers / self.workers_per_job)
+
+    def request(
+        self,
+        site: Site,
+        batch_system: str,
+        job_name: str,
+        scheduler_file: Path,
+        log: Path,
+        binds: Sequence[str],
+    ) -> script.JobRequest:
+        """The batch job of one job of this pool."""
+        duration, stagger = self.lifetime()
+        env = {
+            f"{LIFETIME_ENV}DURATION": f"{duration:.0f}s",
+            f"{LIFETIME_ENV}STAGGER": f"{stagger:.0f}s",
+            f"{LIFETIME_ENV}RESTART": "False",
+            **self.env,
+        }
+        join = script.system_table(batch_system).get("join_output")
+        return script.JobRequest(
+            site=site.name,
+            nodes=self.nodes_per_job,
+            workers_per_node=self.workers_per_node,
+            worker_type=self.kind,
+            walltime=self.walltime,
+            account=self.account,
+            queue=self.queue,
+            image=self.image,
+            job_name=job_name,
+            output=str(log),
+            batch_system=batch_system,
+            launcher=self.launcher,
+            cluster_args=(
+                "--join", str(scheduler_file), "--name-prefix", job_name, "--site", site.name,
+                *self.worker_args,
+            ),
+            python=sys.executable,
+            env=env,
+            directives=(*self.directives, *([join] if join else [])),
+            setup=self.setup,
+            binds=binds if self.image else (),
+        )
+
+
+def _setting(value: object, key: str) -> object:
+    return config.get(f"cluster.{key}") if value is None else value
+
+
+def make_pool(
+    name: str,
+    kind: str,
+    site: Site,
+    *,
+    workers_per_node: int | None = None,
+    nodes_per_job: int | None = None,
+    walltime: str | None = None,
+    account: str | None = None,
+    queue: str | None = None,
+    image: str | None = None,
+    launcher: str | None = None,
+    job_directives: Sequence[str] | None = None,
+    job_setup: Sequence[str] | None = None,
+    job_env: Mapping[str, str] | None = None,
+    worker_args: Sequence[str] | str | None = None,
+    lifetime_margin: float | None = None,
+) -> Pool:
+    """A pool from the arguments, ``hpc.cluster.*`` and the site; bad input is a UsageError."""
+    if not POOL_NAME.fullmatch(name):
+        raise UsageError(
+            f"pool name {name!r} is not a short lowercase name", "e.g. cpu, gpu, bigmem (a-z0-9_)"
+        )
+    if kind not in KINDS:
+        raise UsageError(f"unknown worker kind {kind!r}", "use cpu or gpu")
+    wpn = _setting(workers_per_node, "workers-per-node")
+    if wpn is None:
+        wpn = (site.gpu_count if kind == "gpu" else None) or 1
+    nodes = _setting(nodes_per_job, "nodes-per-job")
+    for what, value in (("workers_per_node", wpn), ("nodes_per_job", nodes)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
+    if kind == "gpu" and site.gpu_count and wpn > site.gpu_count * site.gpu_tiles:
+        raise UsageError(
+            f"{wpn} gpu workers per node, but a {site.name} node has "
+            f"{site.gpu_count * site.gpu_tiles} GPUs",
+            "ask for fewer workers_per_node",
+        )
+    wall = str(_setting(walltime, "walltime"))
+    seconds = script.parse_walltime(wall)
+    margin = _setting(lifetime_margin, "lifetime-margin")
+    if margin is None:
+        margin = min(MARGIN_MAX, max(MARGIN_MIN, seconds * MARGIN_SHARE))
+    margin = float(margin)  # type: ignore[arg-type]
+    if not 0 < margin < seconds / 2:
+        raise UsageError(
+            f"lifetime margin {margin:g} s does not fit a walltime of {seconds} s",
+            "give a longer walltime (more than a minute), or a smaller lifetime_margin",
+        )
+    args = worker_args if worker_args is not None else config.get("cluster.worker-args") or ()
+    if isinstance(args, str):
+        args = shlex.split(args)
+    for arg in args:
+        if arg in ("--join", "--name-prefix", "--", "--jupyter") or arg.startswith("--join="):
+            raise UsageError(f"worker_args may not hold {arg}", "the cluster sets it itself")
+    threads = max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1
+    return Pool(
+        name=name,
+        kind=kind,
+        workers_per_node=int(wpn),  # type: ignore[arg-type]
+        nodes_per_job=int(nodes),  # type: ignore[arg-type]
+        walltime=wall,
+        walltime_seconds=seconds,
+        account=_setting(account, "account"),  # type: ignore[arg-type]
+        queue=_setting(queue, "queue"),  # type: ignore[arg-type]
+        image=_setting(image, "image"),  # type: ignore[arg-type]
+        launcher=_setting(launcher, "launcher"),  # type: ignore[arg-type]
+        directives=tuple(_setting(job_directives, "job-directives") or ()),  # type: ignore[arg-type]
+        setup=tuple(_setting(job_setup, "job-setup") or ()),  # type: ignore[arg-type]
+        env={str(k): str(v) for k, v in (_setting(job_env, "job-env") or {}).items()},  # type: ignore[union-attr]
+        worker_args=tuple(str(a) for a in args),
+        lifetime_margin=margin,
+        threads_guess=threads,
+    )

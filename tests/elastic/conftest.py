@@ -1,0 +1,100 @@
+"""Fixtures of the elastic-cluster tests: a Slurm of their own, and HPCClusters that always close.
+
+The HPCCluster runs in the test's process (as in a notebook); its jobs go to a real Slurm with
+three emulated nodes of 16 CPUs and a ``short`` partition (MaxTime 1 minute) whose limit a
+longer walltime breaks. The plugin checks that Slurm for jobs left after every test, as it
+checks the session's, and the jobs' processes carry the test's tag (sbatch exports it).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import dask.config
+import pytest
+from harness.plugin import unwatch_slurm_jobs, watch_slurm_jobs
+from harness.slurm import SlurmCluster
+
+from dask_hpc import HPCCluster
+
+NODES, CPUS = 3, 16
+
+
+@pytest.fixture(scope="session")
+def elastic_slurm() -> Iterator[SlurmCluster]:
+    base = Path(tempfile.mkdtemp(prefix="dask-hpc-elastic-slurm-"))
+    cluster = SlurmCluster(base, nodes=NODES, cpus=CPUS, partitions={"short": "MaxTime=1"})
+    cluster.start()
+    watch_slurm_jobs(cluster)
+    try:
+        yield cluster
+    finally:
+        unwatch_slurm_jobs(cluster)
+        cluster.stop()
+
+
+@pytest.fixture
+def elastic_env(
+    monkeypatch: pytest.MonkeyPatch, elastic_slurm: SlurmCluster, tmp_path: Path
+) -> Iterator[Path]:
+    """This process as a login node of the test Slurm; returns the shared directory.
+
+    The jobs inherit this environment (sbatch exports it): the worktree's PYTHONPATH, the
+    test's tag, no GPU-specific dask-cuda code.
+    """
+    shared = tmp_path / "shared"
+    for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_COMM", "PMI_", "PALS_"))]:
+        monkeypatch.delenv(var)
+    monkeypatch.setenv("SLURM_CONF", elastic_slurm.env["SLURM_CONF"])
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    monkeypatch.setenv("DASK_CUDA_TEST_DISABLE_DEVICE_SPECIFIC", "1")
+    monkeypatch.setenv("DASK_HPC__TIMEOUT", "60")
+    settings = {"hpc.scheduler-directory": str(shared), "hpc.cluster.poll-interval": 0.5}
+    with dask.config.set(settings):
+        yield shared
+
+
+@pytest.fixture
+def make_cluster(elastic_env: Path) -> Iterator[Callable[..., HPCCluster]]:
+    """``make_cluster(*args, **kwargs)``: an HPCCluster that is closed after the test."""
+    made: list[HPCCluster] = []
+
+    def make(*args: Any, **kwargs: Any) -> HPCCluster:
+        kwargs.setdefault("quiet", True)
+        cluster = HPCCluster(*args, **kwargs)
+        made.append(cluster)
+        return cluster
+
+    yield make
+    for cluster in made:
+        cluster.close()
+
+
+
+@pytest.fixture
+def emulator_env(
+    tagged_env: dict[str, str], elastic_slurm: SlurmCluster, tmp_path: Path
+) -> dict[str, str]:
+    """A login node's environment with the EMULATED PBS Pro and LSF commands on PATH."""
+    from harness.batch_emulation import BIN
+
+    env = {k: v for k, v in tagged_env.items() if not k.startswith("SLURM_")}
+    env.update(elastic_slurm.env)
+    env["PATH"] = f"{BIN / 'pbs'}:{BIN / 'lsf'}:{env['PATH']}"
+    env["DASK_HPC_EMU_SPOOL"] = str(tmp_path / "emu")
+    return env
+
+
+@pytest.fixture
+def shell_env(tagged_env: dict[str, str], elastic_slurm: SlurmCluster, tmp_path: Path) -> dict:
+    """The environment of a shell on a login node of the test Slurm (hpc-cluster's tests)."""
+    env = {k: v for k, v in tagged_env.items() if not k.startswith("SLURM_")}
+    env.update(elastic_slurm.env)
+    env["DASK_HPC__SCHEDULER_DIRECTORY"] = str(tmp_path / "shared")
+    env["DASK_HPC__CLUSTER__POLL_INTERVAL"] = "0.5"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
