@@ -42,7 +42,8 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     assert result.stdout == ""
     assert out.stat().st_mode & 0o111
     assert (
-        "mpiexec -n 4 --ppn 4 apptainer exec --nv dask-hpc-polaris.sif start-cluster gpu 4"
+        "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "
+        "dask-hpc-polaris.sif start-cluster gpu 4"
         in out.read_text()
     )
 
@@ -82,7 +83,8 @@ def test_generated_slurm_script_runs_on_slurm(
     check = f"apptainer verify --key {image_keys.public} {local_image}"
     assert script.index(check) < script.index("\nsrun "), script
     assert (
-        f"srun --nodes=1 --ntasks=2 --ntasks-per-node=2 apptainer exec --nv {local_image} "
+        "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
+        f"--kill-on-bad-exit=0 apptainer exec --nv {local_image} "
         f"start-cluster cpu 2 -- python {pi}" in script
     )
     env = {**cluster_env, **slurm_cluster.env}

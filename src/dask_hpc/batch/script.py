@@ -136,14 +136,14 @@ def launch_command(
     gpu_flag: str = "",
     binds: Sequence[str] = (),
     cores: int | None = None,
+    threads: int | None = None,
 ) -> str:
     """``LAUNCHER [apptainer exec [--nv|--rocm] IMAGE] ARGV``: one rank per worker."""
-    cores = cores or workers_per_node
     fields = {
         "nodes": nodes,
         "per_node": workers_per_node,
         "ranks": nodes * workers_per_node,
-        "cores_per_rank": max(1, cores // workers_per_node),
+        **per_rank(workers_per_node, cores, threads),
         "gpus_per_rank": 1 if worker_type == "gpu" else 0,
     }
     launchers = data()["launchers"]
@@ -156,6 +156,31 @@ def launch_command(
             exec_ += ["--bind", path]
         exec_.append(image)
     return " ".join(p for p in (prefix, shlex.join([*exec_, *argv])) if p)
+
+
+def per_rank(ranks_per_node: int, cores: int | None, threads: int | None) -> dict[str, int]:
+    """A rank's share of its node: ``cores_per_rank`` (physical cores: Open MPI's pe=, jsrun's
+    --cpu_per_rs) and ``cpus_per_rank`` (logical CPUs, hardware threads: Slurm's
+    --cpus-per-task, PALS's --depth). Unknown node: one each."""
+    cores = cores or ranks_per_node
+    return {
+        "cores_per_rank": max(1, cores // ranks_per_node),
+        "cpus_per_rank": max(1, (threads or cores) // ranks_per_node),
+    }
+
+
+def status_from_rank0(launch: str) -> str:
+    """``launch``, then exit with the status rank 0 wrote (its launcher does not report it)."""
+    status = '"$DASK_HPC__EXIT_STATUS_FILE"'
+    return "\n".join(
+        [
+            'export DASK_HPC__EXIT_STATUS_FILE="$PWD/.dask-hpc-exit-status.$$"',
+            launch,
+            f"status=$(cat {status} 2>/dev/null || echo 1)",
+            f"rm -f {status}",
+            'exit "$status"',
+        ]
+    )
 
 
 def render(req: JobRequest) -> str:
@@ -183,9 +208,12 @@ def render(req: JobRequest) -> str:
     def directive(fmt: str | None, *args: object, **kw: object) -> list[str]:
         return [system["directive"].format(fmt.format(*args, **kw))] if fmt else []
 
+    shares = per_rank(per_node, site.cpu_cores, site.cpu_threads)
     lines = directive(system["name"], name=req.job_name)
     lines += directive(system["nodes"], nodes=req.nodes)
     lines += directive(system["per_node"], per_node=per_node)
+    lines += directive(system.get("cpus_per_rank"), **shares)
+    lines += directive(system.get("keep_on_node_loss"))
     lines += directive(system["time"], walltime=walltime)
     if req.account:
         lines += directive(system["account"], req.account)
@@ -219,7 +247,10 @@ def render(req: JobRequest) -> str:
         gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
         binds=req.binds,
         cores=site.cpu_cores,
+        threads=site.cpu_threads,
     )
+    if launcher in data()["status_from_rank0"] and req.command:
+        launch = status_from_rank0(launch)
     where = "one container per rank" if image else "this Python environment on every rank"
     if req.program is not None:
         summary = f"# dask-hpc on {site.name}: the scheduler of an elastic cluster."
