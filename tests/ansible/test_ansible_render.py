@@ -4,6 +4,7 @@ own tasks on the controller: Apptainer cannot be installed on the Debian/Ubuntu 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -90,3 +91,41 @@ def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
     assert result.returncode == 1
     assert f"cannot read the image {missing}" in result.stderr
     assert "dask-hpc" in result.stderr  # names the group that may read images
+
+
+@pytest.mark.slurm
+def test_deepops_launch_script_runs_a_cluster_over_a_slurm_allocation(
+    tmp: Path, slurm_cluster, cluster_env: dict[str, str]
+) -> None:
+    """launch-dask-cluster.sh, rendered by the role, inside `salloc -N 2 -c 2`: one rank per
+    node, each with the allocation's CPUs for its workers (a Slurm task has one unless asked:
+    start-cluster refuses to start two workers on it), and the job kept if a node is lost."""
+    require_setup()
+    prefix = tmp / "prefix"
+    (prefix / "bin").mkdir(parents=True)
+    (prefix / "bin" / "start-cluster").symlink_to(shutil.which("start-cluster"))
+    extra = {
+        "dask_hpc_prefix": str(prefix),
+        "dask_hpc_deepops_dir": str(tmp / "deepops"),
+        "ansible_python_interpreter": sys.executable,
+    }
+    (tmp / "vars.json").write_text(json.dumps(extra))
+    inventory = tmp / "hosts.ini"
+    inventory.write_text("localhost ansible_connection=local\n")
+    play = Path(__file__).with_name("render_deepops.yml")
+    run = run_playbook(tmp, inventory, "-e", f"@{tmp / 'vars.json'}", playbook=play)
+    assert run.returncode == 0, run.describe()
+    launch = tmp / "deepops" / "launch-dask-cluster.sh"
+    assert "--no-kill" in launch.read_text() and "--kill-on-bad-exit=1" not in launch.read_text()
+    job = (
+        "from distributed import Client; c = Client(); "
+        "print('WORKERS', len(c.scheduler_info()['workers']))"
+    )
+    env = {**cluster_env, **slurm_cluster.env}
+    argv = ["salloc", "-N", "2", "--ntasks-per-node", "1", "-c", "2", str(launch), "cpu", "2"]
+    argv += ["--interface", "lo", "--dashboard-address", "127.0.0.1:0", "--"]
+    result = subprocess.run(
+        [*argv, sys.executable, "-c", job], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "WORKERS 4" in result.stdout, result.stdout + result.stderr
