@@ -462,6 +462,21 @@ def _node_loss_result(stdout: str) -> dict:
     raise AssertionError(f"no NODELOSS line in output:\n{stdout}")
 
 
+def start_keeping_ranks(
+    name: str, request: pytest.FixtureRequest, env: dict[str, str], tmp_path: Path,
+    command: list[str],
+) -> Background:
+    """3 ranks (srun: 4) under launcher ``name`` with its option that keeps the other ranks
+    when one is lost, running ``command``."""
+    build, wpn, _ = KEEP_RANKS[name]
+    env = dict(env)
+    if name == "srun":
+        env.update(request.getfixturevalue("slurm_cluster").env)
+    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
+    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", *command]
+    return Background(argv, env, tmp_path)
+
+
 @pytest.mark.parametrize("name", list(KEEP_RANKS))
 def test_a_lost_rank_does_not_end_the_job(
     name: str, request: pytest.FixtureRequest, cluster_env: dict[str, str], tmp_path: Path
@@ -469,15 +484,10 @@ def test_a_lost_rank_does_not_end_the_job(
     """SIGKILL of rank 2 and all it started, mid-computation, under each launcher's option
     that keeps the other ranks: Dask recomputes its tasks, COMMAND gets the right result,
     rank 0 names the lost rank once and exits with COMMAND's status."""
-    build, wpn, launcher_status = KEEP_RANKS[name]
-    env = dict(cluster_env)
-    if name == "srun":
-        env.update(request.getfixturevalue("slurm_cluster").env)
+    launcher_status = KEEP_RANKS[name][2]
     hold = tmp_path / "hold.json"
-    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
-    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", sys.executable]
-    argv += [str(FAULTY.parent / "node_loss.py"), str(hold)]
-    run = Background(argv, env, tmp_path)
+    job = [sys.executable, str(FAULTY.parent / "node_loss.py"), str(hold)]
+    run = start_keeping_ranks(name, request, cluster_env, tmp_path, job)
     wait_for(hold.exists, 60, what="the computation under way")
     killed = time.monotonic()
     kill_rank(2)
@@ -507,14 +517,8 @@ def test_rank_0_lost_still_ends_everything_under_the_options_that_keep_ranks(
 ) -> None:
     """The launcher no longer ends the job for a lost rank: the other ranks stop by
     themselves when rank 0 (scheduler, COMMAND) is the one lost."""
-    build, wpn, _ = KEEP_RANKS[name]
-    env = dict(cluster_env)
-    if name == "srun":
-        env.update(request.getfixturevalue("slurm_cluster").env)
     hold = tmp_path / "hold.json"
-    argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
-    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", *faulty("hold", str(hold))]
-    run = Background(argv, env, tmp_path)
+    run = start_keeping_ranks(name, request, cluster_env, tmp_path, faulty("hold", str(hold)))
     wait_for(hold.exists, 60, what="COMMAND")
     killed = time.monotonic()
     kill_rank(0)
