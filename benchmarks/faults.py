@@ -47,7 +47,8 @@ def table(entries: list[dict]) -> str:
         "|---|---|---|---|---|",
     ]
     for fault in faults:
-        for launcher in sorted({name for f, name in groups if f == fault}, key=ORDER.index):
+        names = {name for f, name in groups if f == fault}
+        for launcher in sorted(names, key=lambda n: (ORDER.index(n) if n in ORDER else 9, n)):
             runs = groups[(fault, launcher)]
             secs = [r["seconds"] for r in runs]
             spread = f"{min(secs):.1f}-{max(secs):.1f}" if len(secs) > 1 else f"{secs[0]:.1f}"
