@@ -24,6 +24,10 @@ from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
+# Rank 0 waits this much longer for the other ranks than each waits for its own workers before
+# killing them: a rank whose workers hang is then seen ending on its own (kill, exit 1) rather
+# than told the cluster ended while it was about to (a race of two equal timers, seen in CI).
+RANK_KILL_MARGIN = 10.0
 EXIT_RANK_LOST = 5  # rank 0, with --abort-on-node-loss: a rank was lost while the cluster ran
 
 
@@ -415,7 +419,7 @@ class FirstRank(Rank):
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
         # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
         # roll call closed found srun still counting that rank, which it killed: exit 143).
-        deadline = time.monotonic() + self.plan.leave_timeout
+        deadline = time.monotonic() + self.plan.leave_timeout + RANK_KILL_MARGIN
         while self.roster and self.roster.alive and time.monotonic() < deadline:
             self.sup.poll(min(0.5, deadline - time.monotonic()))
             self._handle_exits()
@@ -451,6 +455,7 @@ class WorkerRank(Rank):
     """Any other rank: wait for the scheduler file, start workers, run until told to stop."""
 
     rank0_lost = False
+    workers_killed = False  # its workers outlasted the wait after SIGTERM
     roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
@@ -554,10 +559,13 @@ class WorkerRank(Rank):
                 )
                 self.sup.signal_all(signal.SIGKILL)
                 self.kill_at = float("inf")
+                self.workers_killed = True
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
         if self.rank0_lost:
             return children.EXIT_SCHEDULER_LOST
+        if self.workers_killed:
+            return children.EXIT_FAILED
         if self.scheduler_lost and not self.stopping:
             say(
                 f"error: lost the scheduler at {info.address} (rank 0 or its node died?): "

@@ -113,7 +113,11 @@ def test_aurora_has_level_zero_and_dpnp_with_one_sycl_runtime() -> None:
     assert "apt-get install -y -q --no-install-recommends libze1 libze-intel-gpu1" in text
     assert "find_spec('dpnp')" in text and "libze_loader.so.1" in text
     assert "--nv" not in text and "--rocm" not in text
-    assert "mpiexec -n 12 --ppn 6 apptainer exec IMAGE start-cluster gpu 6" in text
+    # 104 cores over 6 ranks a node: each rank's worker gets a block of 17 (PALS --depth)
+    assert (
+        "mpiexec -n 12 --ppn 6 --depth=17 --cpu-bind depth apptainer exec IMAGE start-cluster gpu 6"
+        in text
+    )
 
 
 def test_frontier_is_rocm() -> None:

@@ -27,7 +27,8 @@ def test_hpccluster_workers_in_the_image(
     try:
         script = cluster.job_script()
         assert (
-            f"srun --nodes=1 --ntasks=2 --ntasks-per-node=2 apptainer exec --bind "
+            "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
+            f"--kill-on-bad-exit=0 apptainer exec --bind "
             f"{cluster.directory} {local_image} start-cluster cpu 2 --join" in script
         ), script
         cluster.scale(jobs=1)
