@@ -27,6 +27,8 @@ from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
 from support import probe, probe_result, start_cluster
 
+from dask_hpc import roster
+
 FAULTY = Path(__file__).resolve().parent / "jobs" / "faulty.py"
 DEATH_TIMEOUT = 5
 OPTS = ["--interface", "lo", "--dashboard-address", "127.0.0.1:0"]
@@ -427,6 +429,18 @@ def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
         "launch -> every process gone",
         f"exit {code}: rank 1 kills its nanny host, exits 1",
     )
+
+
+def test_ranks_lost_together_are_named_in_one_line() -> None:
+    """At 1,000 workers, 100 ranks killed at once printed 100 warnings: ranks lost within one
+    turn of rank 0's loop are named in one phrase, their numbers as ranges, a few nodes shown."""
+    hosts = {rank: f"node{rank // 2}" for rank in range(200)}
+    assert roster.where_lost([7], hosts) == "rank 7 on node3"
+    many = [*range(2, 52), *range(60, 110), 150]
+    assert roster.where_lost(many, hosts) == (
+        "101 ranks (2-51, 60-109, 150) on 51 node(s) (node1, node2, node3, node4, ...)"
+    )
+    assert roster.where_lost([5, 4], {4: "a", 5: "a"}) == "2 ranks (4-5) on 1 node(s) (a)"
 
 
 # A rank lost while the cluster runs (its node died): the launcher's option that keeps the other

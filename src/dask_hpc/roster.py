@@ -159,3 +159,25 @@ def join(address: str, token: str, rank: int, timeout: float) -> socket.socket:
     conn.sendall(f"{token} {rank} {socket.gethostname()}\n".encode())
     conn.setblocking(False)
     return conn
+
+
+def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:
+    """``rank 2 on node3``, or for many ranks lost at once one phrase, not a line per rank
+    (at 1,000 workers, 100 ranks killed printed 100 lines): ``100 ranks (2-51, 60-109) on
+    100 nodes (node3, node4, node5, node6, ...)``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]} on {hosts.get(ranks[0], '?')}"
+    nodes = list(dict.fromkeys(hosts.get(rank, "?") for rank in ranks))
+    listed = ", ".join(nodes[:shown]) + (", ..." if len(nodes) > shown else "")
+    return f"{len(ranks)} ranks ({_ranges(ranks)}) on {len(nodes)} node(s) ({listed})"
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``2-5, 9``: sorted numbers with their runs collapsed."""
+    runs: list[list[int]] = []
+    for n in sorted(numbers):
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)

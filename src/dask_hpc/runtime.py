@@ -330,16 +330,19 @@ class FirstRank(Rank):
         if self.roster is None or self.stopping:
             return []
         lost = self.roster.lost[self.lost_reported :]
+        if not lost:
+            return lost
         self.lost_reported += len(lost)
-        for rank in lost:
-            where = f"rank {rank} on {self.roster.hosts.get(rank, '?')}"
-            if self.plan.abort_on_node_loss:
-                say(f"error: {where} was lost (killed, or its node died): stopping the cluster")
-            else:
-                say(
-                    f"warning: {where} was lost (killed, or its node died): the cluster goes "
-                    "on without its workers, Dask recomputes what they held"
-                )
+        where = roster.where_lost(lost, self.roster.hosts)
+        was, its = ("was", "its") if len(lost) == 1 else ("were", "their")
+        what = f"{where} {was} lost (killed, or {its} node{'' if its == 'its' else 's'} died)"
+        if self.plan.abort_on_node_loss:
+            say(f"error: {what}: stopping the cluster")
+        else:
+            say(
+                f"warning: {what}: the cluster goes on without {its} workers, "
+                "Dask recomputes what they held"
+            )
         return lost
 
     def _until_done(self) -> int:
