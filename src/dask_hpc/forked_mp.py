@@ -140,6 +140,9 @@ def start(directory: Path) -> bool:
     """
     if not supported():
         return False
+    for stream in (sys.stdout, sys.stderr):  # or what they hold is written again by each child
+        if stream is not None:
+            stream.flush()
     if resource_tracker._resource_tracker._fd is None:
         start_resource_tracker()
     if forkserver._forkserver._forkserver_pid is None:
