@@ -67,6 +67,9 @@ def supported() -> bool:
     server = getattr(forkserver, "_forkserver", None)
     return (
         sys.platform.startswith("linux")
+        # 3.14 authenticates the forkserver's clients (``_forkserver_authkey``): not filled in.
+        and sys.version_info < (3, 14)
+        and not hasattr(server, "_forkserver_authkey")
         and tracker is not None
         and all(hasattr(tracker, a) for a in ("_fd", "_pid", "_lock"))
         and server is not None
