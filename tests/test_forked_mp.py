@@ -93,3 +93,44 @@ def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged
     assert result.returncode == 0, result.stderr
     assert "RESULT 49" in result.stdout
     assert "resource_tracker" not in result.stderr  # no "died unexpectedly, relaunching"
+
+
+FALLBACK = """
+import multiprocessing, sys
+from pathlib import Path
+from multiprocessing import forkserver
+from dask_hpc import forked_mp, nanny_host
+
+def square(x, queue):
+    queue.put(x * x)
+
+if __name__ == "__main__":
+    forked_mp.supported = lambda: False  # as on a Python whose internals differ
+    nanny_host.start_forkserver(1, Path(sys.argv[1]))
+    server = forkserver._forkserver._forkserver_pid
+    own = Path("/proc/self/cmdline").read_bytes()
+    assert b"forkserver" in Path(f"/proc/{server}/cmdline").read_bytes() != own  # a new Python
+    ctx = multiprocessing.get_context("forkserver")
+    queue = ctx.Queue()
+    process = ctx.Process(target=square, args=(6, queue))
+    process.start()
+    print("RESULT", queue.get(timeout=60), flush=True)
+    process.join(30)
+    assert process.exitcode == 0
+"""
+
+
+def test_where_the_internals_differ_multiprocessing_starts_its_own(
+    tmp_path: Path, tagged_env
+) -> None:
+    script = tmp_path / "fallback.py"
+    script.write_text(FALLBACK)
+    result = subprocess.run(
+        [sys.executable, str(script), str(tmp_path)],
+        env=tagged_env,
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "RESULT 36" in result.stdout
