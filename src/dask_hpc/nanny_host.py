@@ -86,8 +86,8 @@ def start_forkserver(workers: int, directory: Path) -> None:
     This process imports what the forkserver preloads (``dask_hpc.zygote``: Dask, what a
     worker imports when it starts; ``gc.freeze``), then forks both (``forked_mp``): Dask is
     imported once per rank, not once here and once in a new Python. Measured on 2 cores, one
-    worker per rank (CPU of a worker rank's process tree, median of 5): see docs/performance.md,
-    issue 23.
+    worker per rank: a worker rank's processes 1.97-2.28 -> 0.96-1.40 s of CPU when the cluster
+    is ready (3 runs each; docs/performance.md, issue 23).
 
     Dask's optional packages (pandas, ...) are preloaded only for more than one worker, where
     workers share them: a single worker imports them if its tasks use them. Measured on 2
