@@ -2,7 +2,18 @@
 
 For 1, 4, 8 and 16 workers, time from launch until every worker is connected (the moment
 COMMAND starts, or the floor's client sees them all), and from COMMAND's exit until the
-launcher exits. Prints one table with ratios to the hand-written floor.
+launcher exits. Prints one table with ratios to the hand-written floor, then (issue 23):
+
+- CPU seconds: one more run per point with every rank (every `dask` process for the floor)
+  under benchmarks/cpu_tree.py, which counts the CPU of its whole process tree (a forkserver
+  left running included): per worker rank (what a node full of ranks pays per worker), and
+  of the whole launch divided by the number of workers (launcher daemons not counted).
+- The start chain of one worker rank that has a core to itself: a `dask scheduler` pinned to
+  CPU 0 (with this process's polling client), one rank joining it pinned to CPU 1 (taskset
+  inside the launcher), timed from launch until the scheduler lists its worker. What each rank
+  waits for on a node with a core per rank.
+- Goals: mpiexec and srun within 1.1x of the floor and no slower than dask-mpi; local mode
+  within 1.1x of the floor for 1 worker; shutdown under 0.5 s.
 
     python benchmarks/startup.py [--repeat 3] [--workers 1 4 8 16]
 
@@ -17,12 +28,15 @@ Methods:
   mpiexec         mpiexec.openmpi -n N start-cluster cpu N (one worker per rank), TLS on
   srun            srun -n N start-cluster cpu N on a single-host Slurm (tests/harness), TLS on
   dask-mpi        mpiexec.openmpi -n N+2 python script using dask_mpi.initialize(), waiting for
-                  N workers (needs `pip install dask-mpi mpi4py`)
+                  N workers (needs `pip install dask-mpi mpi4py`); for the chain, one
+                  `dask-mpi --no-scheduler --worker-class distributed.Worker` rank (initialize's
+                  default worker class)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -40,6 +54,7 @@ from harness.mpi import openmpi  # noqa: E402
 from harness.procs import MPI_LOOPBACK_ENV  # noqa: E402
 from harness.slurm import SlurmCluster  # noqa: E402
 
+CPU_TREE = [sys.executable, str(REPO / "benchmarks" / "cpu_tree.py")]
 STAMP = "import sys, time; open(sys.argv[1], 'w').write(repr(time.time()))"
 FLOOR_CLIENT = """
 import sys, time
@@ -101,32 +116,165 @@ def cluster_cmd(n: int, stamp: Path, tmp: Path, *extra: str) -> list[str]:
     ]
 
 
-def dask_cli_cmd(n: int, stamp: Path, tmp: Path, nanny: bool = False) -> list[str]:
+def dask_cli_cmd(
+    n: int, stamp: Path, tmp: Path, nanny: bool = False, cpu_dir: Path | None = None
+) -> list[str]:
     """`dask scheduler` and N workers started at once, a client polling until all N connect.
 
     ``nanny``: one `dask worker --nworkers N` (N Nannies); else N `dask worker --no-nanny`.
+    ``cpu_dir``: each `dask` process under cpu_tree.py (labels scheduler, worker).
     """
     sched = tmp / f"cli-{time.monotonic_ns()}.json"
     dask = shutil.which("dask")
     common = (
         f"--nthreads 1 --no-dashboard --scheduler-file {sched} --local-directory {tmp / 'local'}"
     )
+
+    def wrap(label: str) -> str:
+        return " ".join([*CPU_TREE, str(cpu_dir), label, "--", ""]) if cpu_dir else ""
+
+    worker, scheduler = wrap("worker"), wrap("scheduler")
     if nanny:
-        workers = f"{dask} worker --nworkers {n} {common} >/dev/null 2>&1 &"
+        workers = f"{worker}{dask} worker --nworkers {n} {common} >/dev/null 2>&1 &"
     else:
-        workers = " ".join(f"{dask} worker --no-nanny {common} >/dev/null 2>&1 &" for _ in range(n))
+        workers = " ".join(
+            f"{worker}{dask} worker --no-nanny {common} >/dev/null 2>&1 &" for _ in range(n)
+        )
     script = (
-        f"{dask} scheduler --port 0 --dashboard-address 127.0.0.1:0 --scheduler-file {sched} "
+        f"{scheduler}{dask} scheduler --port 0 --dashboard-address 127.0.0.1:0 "
+        f"--scheduler-file {sched} "
         f">/dev/null 2>&1 & {workers} {sys.executable} -c '{FLOOR_CLIENT}' {n} {sched} {stamp};"
         " wait"
     )
     return ["sh", "-c", script]
 
 
+def worker_rank_cpu(method: str, records: list[dict]) -> list[float]:
+    """CPU seconds of each process tree that holds one worker and no scheduler."""
+    if method in ("floor", "nanny-spawn", "nanny-forkserver"):
+        return [r["cpu"] for r in records if r["label"] == "worker"]
+    if method == "dask-mpi":  # rank 0: the scheduler, rank 1: the client
+        return [r["cpu"] for r in records if r["rank"] not in ("0", "1")]
+    if method in ("mpiexec", "srun"):
+        return [r["cpu"] for r in records if r["rank"] != "0"]
+    return []  # local: one rank, with the scheduler
+
+
+def cpu_run(argv: list[str], env: dict[str, str], stamp: Path, cpu_dir: Path) -> list[dict]:
+    """One run whose processes are under cpu_tree.py: their records."""
+    shutil.rmtree(cpu_dir, ignore_errors=True)
+    cpu_dir.mkdir()
+    timed(argv, env, stamp)
+    # The floor's processes may outlive the shell by a moment (their cpu_tree waits for them).
+    deadline = time.monotonic() + 30
+    records: list[dict] = []
+    while time.monotonic() < deadline:
+        records = [json.loads(p.read_text()) for p in cpu_dir.glob("*.json")]
+        expected = wrapped_count(argv)
+        if expected is None or len(records) >= expected:
+            break
+        time.sleep(0.05)
+    return records
+
+
+def wrapped_count(argv: list[str]) -> int | None:
+    """How many cpu_tree records a run leaves (None: as many as the launcher's ranks)."""
+    if argv[:2] == ["sh", "-c"]:
+        return argv[2].count(CPU_TREE[1])
+    return None
+
+
+class Chain:
+    """One worker rank with a core to itself joining a scheduler on the other core."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        from distributed import Client
+
+        self.tmp, self.env = tmp, env
+        self.sched_file = tmp / "chain-scheduler.json"
+        os.sched_setaffinity(0, {0})  # this thread, and the client's threads made from it
+        self.scheduler = subprocess.Popen(
+            ["taskset", "-c", "0", shutil.which("dask") or "dask", "scheduler", "--port", "0"]
+            + ["--no-dashboard", "--host", "127.0.0.1", "--scheduler-file", str(self.sched_file)],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.client = Client(scheduler_file=str(self.sched_file), timeout=60)
+
+    def argv(self, method: str) -> list[str] | None:
+        pin = ["taskset", "-c", "1"]
+        local = str(self.tmp / "local")
+        cluster = [
+            *pin,
+            "start-cluster",
+            "cpu",
+            "1",
+            "--join",
+            str(self.sched_file),
+            "--no-tls",
+            "--nthreads",
+            "1",
+            "--interface",
+            "lo",
+            "--local-directory",
+            local,
+        ]
+        dask_mpi = shutil.which("dask-mpi") or "dask-mpi"
+        return {
+            "floor": [*pin, shutil.which("dask") or "dask", "worker", "--no-nanny"]
+            + ["--nthreads", "1", "--scheduler-file", str(self.sched_file)]
+            + ["--local-directory", local],
+            "local": cluster,
+            "mpiexec": [*openmpi(1), *cluster],
+            "srun": ["srun", "-n", "1", *cluster],
+            "dask-mpi": [*openmpi(1), *pin, dask_mpi, "--no-scheduler", "--scheduler-file"]
+            + [str(self.sched_file), "--worker-class", "distributed.Worker", "--nthreads", "1"]
+            + ["--interface", "lo", "--local-directory", local],
+        }.get(method)
+
+    def time(self, argv: list[str], env: dict[str, str]) -> float:
+        """Seconds from launch until the scheduler lists the rank's worker; then it is closed."""
+        before = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        )
+        deadline = start + 120
+        new: set[str] = set()
+        while not new and time.monotonic() < deadline and proc.poll() is None:
+            new = set(self.client.scheduler_info(n_workers=-1)["workers"]) - before
+            if not new:
+                time.sleep(0.005)
+        latency = time.monotonic() - start
+        if new:
+            self.client.retire_workers(list(new), close_workers=True, remove=True)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+        if not new:
+            raise RuntimeError(f"{' '.join(argv[:6])}... did not join ({proc.returncode}):\n{err}")
+        return latency
+
+    def close(self) -> None:
+        self.client.close()
+        self.scheduler.terminate()
+        self.scheduler.wait(30)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument(
+        "--cpu-runs", type=int, default=1, help="runs under cpu_tree.py per point (0: none)"
+    )
+    parser.add_argument(
+        "--chain-repeat", type=int, help="runs of the pinned start chain (default: --repeat)"
+    )
     parser.add_argument(
         "--methods",
         nargs="+",
@@ -154,50 +302,100 @@ def main() -> int:
         slurm = SlurmCluster(tmp / "slurm", nodes=1, cpus=32)
         slurm.start()
     stamp = tmp / "stamp"
-    commands: dict[str, Callable[[int], tuple[list[str], dict[str, str]]]] = {
-        "floor": lambda n: (dask_cli_cmd(n, stamp, tmp), env),
-        "nanny-spawn": lambda n: (dask_cli_cmd(n, stamp, tmp, nanny=True), env),
-        "nanny-forkserver": lambda n: (
-            dask_cli_cmd(n, stamp, tmp, nanny=True),
-            {**env, "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "forkserver"},
-        ),
-        "local": lambda n: (cluster_cmd(n, stamp, tmp), env),
-        "local-no-nanny": lambda n: (cluster_cmd(n, stamp, tmp, "--no-nanny"), env),
-        "mpiexec": lambda n: ([*openmpi(n), *cluster_cmd(n, stamp, tmp)], env),
-        "srun": lambda n: (
-            ["srun", "-n", str(n), "--kill-on-bad-exit=1", *cluster_cmd(n, stamp, tmp)],
-            {**env, **slurm.env},
-        ),
-        "dask-mpi": lambda n: (
-            [*openmpi(n + 2), sys.executable, "-c", DASK_MPI_JOB, str(n), str(stamp)],
-            {**env, "MPI4PY_LIBMPI": "libmpi.so.40"},
-        ),
+    cpu_dir = tmp / "cpu"
+    wrap = [*CPU_TREE, str(cpu_dir), "rank", "--"]
+    envs = {
+        "nanny-forkserver": {
+            **env,
+            "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "forkserver",
+        },
+        "srun": {**env, **(slurm.env if slurm else {})},
+        "dask-mpi": {**env, "MPI4PY_LIBMPI": "libmpi.so.40"},
+    }
+    argvs: dict[str, Callable[[int, list[str], Path | None], list[str]]] = {
+        "floor": lambda n, w, c: dask_cli_cmd(n, stamp, tmp, cpu_dir=c),
+        "nanny-spawn": lambda n, w, c: dask_cli_cmd(n, stamp, tmp, nanny=True, cpu_dir=c),
+        "nanny-forkserver": lambda n, w, c: dask_cli_cmd(n, stamp, tmp, nanny=True, cpu_dir=c),
+        "local": lambda n, w, c: [*w, *cluster_cmd(n, stamp, tmp)],
+        "local-no-nanny": lambda n, w, c: [*w, *cluster_cmd(n, stamp, tmp, "--no-nanny")],
+        "mpiexec": lambda n, w, c: [*openmpi(n), *w, *cluster_cmd(n, stamp, tmp)],
+        "srun": lambda n, w, c: [
+            *["srun", "-n", str(n), "--kill-on-bad-exit=1"],
+            *w,
+            *cluster_cmd(n, stamp, tmp),
+        ],
+        "dask-mpi": lambda n, w, c: [
+            *openmpi(n + 2),
+            *w,
+            *[sys.executable, "-c", DASK_MPI_JOB, str(n), str(stamp)],
+        ],
     }
     results: dict[tuple[str, int], tuple[float, float]] = {}
+    cpu: dict[tuple[str, int], tuple[float, float | None]] = {}  # (all / N, per worker rank)
+    chain: dict[str, float] = {}
+    load_seen: list[float] = []
     try:
         for n in opts.workers:
             for method in opts.methods:
+                run_env = envs.get(method, env)
                 runs = []
                 for _ in range(opts.repeat):
-                    argv, run_env = commands[method](n)
-                    runs.append(timed(argv, run_env, stamp))
+                    load_seen.append(os.getloadavg()[0])
+                    runs.append(timed(argvs[method](n, [], None), run_env, stamp))
                 results[method, n] = (
                     statistics.median(r[0] for r in runs),
                     statistics.median(r[1] for r in runs),
                 )
-                print(
+                line = (
                     f"  measured {method:9s} n={n:2d}: ready {results[method, n][0]:.2f} s, "
-                    f"shutdown {results[method, n][1]:.2f} s",
-                    file=sys.stderr,
-                    flush=True,
+                    f"shutdown {results[method, n][1]:.2f} s"
                 )
+                if opts.cpu_runs:
+                    totals, ranks = [], []
+                    for _ in range(opts.cpu_runs):
+                        records = cpu_run(argvs[method](n, wrap, cpu_dir), run_env, stamp, cpu_dir)
+                        totals.append(sum(r["cpu"] for r in records) / n)
+                        ranks.extend(worker_rank_cpu(method, records))
+                    rank_cpu = statistics.median(ranks) if ranks else None
+                    cpu[method, n] = (statistics.median(totals), rank_cpu)
+                    line += f", CPU all/N {cpu[method, n][0]:.2f} s"
+                    if rank_cpu is not None:
+                        line += f", per worker rank {rank_cpu:.2f} s"
+                print(line, file=sys.stderr, flush=True)
+        if (os.cpu_count() or 1) >= 2 and shutil.which("taskset"):
+            pinned = Chain(tmp, env)
+            try:
+                for method in opts.methods:
+                    argv = pinned.argv(method)
+                    if argv is None:
+                        continue
+                    runs = [
+                        pinned.time(argv, envs.get(method, env))
+                        for _ in range(opts.chain_repeat or opts.repeat)
+                    ]
+                    chain[method] = statistics.median(runs)
+                    print(f"  chain {method}: {chain[method]:.2f} s", file=sys.stderr, flush=True)
+            finally:
+                pinned.close()
     finally:
         if slurm:
             slurm.stop()
         shutil.rmtree(tmp, ignore_errors=True)
+    print_tables(opts, results, cpu, chain, load_seen)
+    return 0
+
+
+def print_tables(
+    opts: argparse.Namespace,
+    results: dict[tuple[str, int], tuple[float, float]],
+    cpu: dict[tuple[str, int], tuple[float, float | None]],
+    chain: dict[str, float],
+    load_seen: list[float],
+) -> None:
+    load = f"load average {min(load_seen):.1f}-{max(load_seen):.1f}" if load_seen else ""
     print(
         f"\nStartup until every worker is connected (median of {opts.repeat}), "
-        f"{os.cpu_count()} CPUs; ratio to the hand-written floor"
+        f"{os.cpu_count()} CPUs, {load}; ratio to the hand-written floor"
     )
     first, last = opts.workers[0], opts.workers[-1]
     header = "| method | " + " | ".join(f"{n} worker{'s' if n > 1 else ''}" for n in opts.workers)
@@ -215,8 +413,93 @@ def main() -> int:
             + " | ".join(cells)
             + f" | {scale:.2f}x | {results[method, last][1]:.2f} s |"
         )
+    if cpu:
+        print(
+            f"\nCPU seconds (median of {opts.cpu_runs} run(s) under cpu_tree.py): per worker rank "
+            "(a process tree with one worker, no scheduler) / of the whole launch per worker"
+        )
+        print("| method | " + " | ".join(f"{n}" for n in opts.workers) + " |")
+        print("|---" * (len(opts.workers) + 1) + "|")
+        for method in opts.methods:
+            cells = []
+            for n in opts.workers:
+                total, rank = cpu.get((method, n), (float("nan"), None))
+                cells.append(
+                    f"{rank:.2f} / {total:.2f}" if rank is not None else f"- / {total:.2f}"
+                )
+            print(f"| {method} | " + " | ".join(cells) + " |")
+    if chain:
+        floor = chain.get("floor")
+        print(
+            f"\nStart chain of one worker rank with a core to itself (median of "
+            f"{opts.chain_repeat or opts.repeat}): launch -> its worker listed by the scheduler"
+        )
+        print("| method | seconds | vs floor |\n|---|---|---|")
+        for method, seconds in chain.items():
+            ratio = f"{seconds / floor:.2f}x" if floor else "-"
+            print(f"| {method} | {seconds:.2f} s | {ratio} |")
     print_budget(results, opts.workers)
-    return 0
+    print_goals(results, cpu, chain, opts.workers)
+
+
+def print_goals(
+    results: dict[tuple[str, int], tuple[float, float]],
+    cpu: dict[tuple[str, int], tuple[float, float | None]],
+    chain: dict[str, float],
+    sizes: list[int],
+) -> None:
+    """Issue 23's goals against what was measured (where both sides ran)."""
+    rows = []
+    for method in ("mpiexec", "srun"):
+        for n in sizes:
+            if (method, n) not in results:
+                continue
+            ready = results[method, n][0]
+            if ("floor", n) in results:
+                ratio = ready / results["floor", n][0]
+                rows.append(
+                    (
+                        f"{method}, {n} rank(s), vs the floor",
+                        f"{ratio:.2f}x",
+                        "<= 1.1x",
+                        ratio <= 1.1,
+                    )
+                )
+            if ("dask-mpi", n) in results:
+                ratio = ready / results["dask-mpi", n][0]
+                rows.append(
+                    (
+                        f"{method}, {n} rank(s), vs dask-mpi",
+                        f"{ratio:.2f}x",
+                        "<= 1.0x",
+                        ratio <= 1.0,
+                    )
+                )
+        if method in chain and "floor" in chain:
+            ratio = chain[method] / chain["floor"]
+            rows.append(
+                (
+                    f"{method}, one rank's start chain, vs the floor's",
+                    f"{ratio:.2f}x",
+                    "<= 1.1x",
+                    ratio <= 1.1,
+                )
+            )
+    one = min(sizes)
+    if ("local", one) in results and ("floor", one) in results:
+        ratio = results["local", one][0] / results["floor", one][0]
+        rows.append(
+            (f"local, {one} worker(s), vs the floor", f"{ratio:.2f}x", "<= 1.1x", ratio <= 1.1)
+        )
+    for method in ("local", "mpiexec", "srun"):
+        for n in sizes:
+            if (method, n) in results:
+                down = results[method, n][1]
+                rows.append((f"{method} shutdown, {n}", f"{down:.2f} s", "< 0.5 s", down < 0.5))
+    if rows:
+        print("\n| goal (issue 23) | measured | goal | met |\n|---|---|---|---|")
+    for what, value, goal, met in rows:
+        print(f"| {what} | {value} | {goal} | {'yes' if met else 'NO'} |")
 
 
 def print_budget(results: dict[tuple[str, int], tuple[float, float]], sizes: list[int]) -> None:

@@ -218,8 +218,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dry_run:
             print(json.dumps(plan.describe(), indent=2))
             return 0
-        # Forked before this rank imports distributed, so that the host's and its forkserver's
-        # imports run beside the rank's (see nanny_host).
+        # Forked before this rank imports distributed: on rank 0 the host's import runs beside
+        # the scheduler's (see nanny_host).
         problem = resources.raise_open_files(plan.open_files)  # the nanny host inherits it
         if problem:
             plan.notes.append(problem)

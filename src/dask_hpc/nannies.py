@@ -6,9 +6,10 @@ or, for NVIDIA GPUs, dask-cuda's ``CUDAWorker``, which builds those Nannies as
 ``retire_workers``, NannyPlugins, ``run(nanny=True)`` and memory termination are Dask's own.
 
 Each Nanny starts its worker process from multiprocessing's forkserver
-(``distributed.worker.multiprocessing-method: forkserver``): a single-threaded process that
-imported Dask once, so a worker (or its restart) costs a fork, not an interpreter start, and
-nothing is forked from a process that runs threads or TLS connections.
+(``distributed.worker.multiprocessing-method: forkserver``): a single-threaded fork of the
+nanny host made once the host imported Dask (``forked_mp``), so a worker (or its restart)
+costs a fork, not an interpreter start, and nothing is forked from a process that runs
+threads or TLS connections.
 """
 
 from __future__ import annotations
@@ -177,9 +178,9 @@ def end_a_start(nanny: Nanny) -> None:
 def skip_preload_imports() -> None:
     """Keep Dask from importing its forkserver preload list here, in the nanny host.
 
-    The forkserver already runs (with ``dask_hpc.zygote``); Dask's ``get_mp_context`` would
-    still import numpy, pandas and lz4 into this process only to set a preload list too late
-    to matter. Measured on 2 cores: 1-worker start 2.78 s -> 2.52 s (median of 4). A private
+    The forkserver already runs (forked after ``dask_hpc.zygote``); Dask's ``get_mp_context``
+    would still import numpy, pandas and lz4 into this process only to set a preload list too
+    late to matter. Measured on 2 cores: 1-worker start 2.78 s -> 2.52 s (median of 4). A private
     flag of distributed.utils; where it is gone, Dask's imports just happen.
     """
     if hasattr(distributed.utils, "_forkserver_preload_set"):

@@ -1,10 +1,10 @@
 """The nanny host: the process that holds a rank's Nannies, forked as soon as the plan is made.
 
-The host starts multiprocessing's forkserver (which imports Dask once for every worker), then
-imports ``distributed`` itself, while on rank 0 the scheduler's process imports it too: three
-imports side by side instead of one after the other (a rank imports it only to fork
-``--no-nanny`` workers). It then waits on a pipe for the scheduler's address and runs
-``nannies.run``.
+The host imports ``distributed`` (and what a worker imports when it starts), while on rank 0
+the scheduler's process imports it too, side by side (a rank imports it only to fork
+``--no-nanny`` workers); then it forks multiprocessing's forkserver and resource tracker from
+itself (``forked_mp``), so Dask is imported once for the host and every worker of the rank.
+It then waits on a pipe for the scheduler's address and runs ``nannies.run``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing.forkserver
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from typing import Any
 import dask.config
 import yaml
 
+from . import forked_mp
 from .children import EXIT_CLOSED, fork, read_json, send_json
 from .plan import Plan, ProcessSpec, shared_env
 
@@ -62,28 +65,45 @@ def _distributed_defaults() -> dict[str, Any]:
 SHARED_PRELOAD = ("numpy", "pandas", "lz4")
 
 
-def start_forkserver(workers: int) -> None:
-    """Start the forkserver every worker of this rank is forked from.
-
-    The forkserver keeps the environment it started with and imports numpy once for all
-    workers, so what must be set before numpy or a GPU runtime loads (Dask's
-    ``pre-spawn-environ``: OMP_NUM_THREADS=1, ...; RAPIDS_NO_INITIALIZE) is set first.
-
-    Dask's optional packages (pandas, ...) are preloaded only for more than one worker, where
-    workers share them: a single worker imports them if its tasks use them. Measured on 2
-    cores, one worker per rank: 1 rank 2.76 -> 1.91 s, 16 ranks 13.10 -> 10.57 s to connect.
-    """
+def prepare_workers_environment() -> None:
+    """Set what the worker processes must inherit: Dask's ``pre-spawn-environ``
+    (OMP_NUM_THREADS=1, ...), before numpy or a GPU runtime loads, and the forkserver as
+    Dask's multiprocessing method (in the environment, so that it holds through every
+    ``dask.config.refresh()`` after this)."""
     pre_spawn = dask.config.get("distributed.nanny.pre-spawn-environ", default=None)
     if pre_spawn is None:  # distributed not imported yet: its defaults, as it loads them
         pre_spawn = _distributed_defaults()["distributed"]["nanny"]["pre-spawn-environ"]
         pre_spawn.update(dask.config.get("distributed.nanny.pre-spawn-environ", default={}))
     os.environ.update({k: os.environ.get(k, str(v)) for k, v in pre_spawn.items() if v is not None})
-    # In the environment, so that it holds through every dask.config.refresh() after this.
     os.environ["DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD"] = "forkserver"
     dask.config.refresh()
+
+
+def start_forkserver(workers: int, directory: Path) -> None:
+    """Start the forkserver every worker of this rank is forked from, and multiprocessing's
+    resource tracker.
+
+    This process imports what the forkserver preloads (``dask_hpc.zygote``: Dask, what a
+    worker imports when it starts; ``gc.freeze``), then forks both (``forked_mp``): Dask is
+    imported once per rank, not once here and once in a new Python. Measured on 2 cores, one
+    worker per rank: a worker rank's processes 1.97-2.28 -> 0.96-1.40 s of CPU when the cluster
+    is ready (3 runs each; docs/performance.md, issue 23).
+
+    Dask's optional packages (pandas, ...) are preloaded only for more than one worker, where
+    workers share them: a single worker imports them if its tasks use them. Measured on 2
+    cores, one worker per rank: 1 rank 2.76 -> 1.91 s, 16 ranks 13.10 -> 10.57 s to connect.
+    """
+    prepare_workers_environment()
     shared = SHARED_PRELOAD if workers > 1 else ()
-    multiprocessing.forkserver.set_forkserver_preload([*shared, "dask_hpc.zygote"])
-    multiprocessing.forkserver.ensure_running()  # it imports while this process goes on
+    preload = [*shared, "dask_hpc.zygote"]
+    for name in preload:
+        try:
+            importlib.import_module(name)
+        except ImportError:  # as multiprocessing's preload: an optional package is missing
+            pass
+    if not forked_mp.start(directory):  # another Python: multiprocessing's own, a new Python
+        multiprocessing.forkserver.set_forkserver_preload(preload)
+        multiprocessing.forkserver.ensure_running()
 
 
 def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
@@ -101,14 +121,18 @@ def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
         env["RAPIDS_NO_INITIALIZE"] = "True"
     os.environ.update(env)
     dask.config.refresh()
-    start_forkserver(len(specs))
-    # Imported only now, beside the forkserver's own import: nannies imports distributed.
-    from . import nannies
+    # Private (0700), for the forkserver's socket; removed when this host ends.
+    directory = Path(tempfile.mkdtemp(prefix="dask-hpc-mp-"))
+    try:
+        start_forkserver(len(specs), directory)
+        from . import nannies
 
-    nannies.skip_preload_imports()
-    start = read_json(pipe)  # once the rank knows its scheduler (None: it ended first)
-    if start is None:
-        return EXIT_CLOSED
-    os.environ.update(start["env"])  # the cluster's TLS settings
-    dask.config.refresh()
-    return nannies.run(specs, start["address"])
+        nannies.skip_preload_imports()
+        start = read_json(pipe)  # once the rank knows its scheduler (None: it ended first)
+        if start is None:
+            return EXIT_CLOSED
+        os.environ.update(start["env"])  # the cluster's TLS settings
+        dask.config.refresh()
+        return nannies.run(specs, start["address"])
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
