@@ -48,7 +48,7 @@ from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
 from ..images import ImageError
 from ..sites import Site, detect_site, load_site
-from . import naming, sizing, state
+from . import naming, sizing, state, tracking
 from .display import Display
 from .jobs import BatchClient, Job
 from .pools import Pool, make_pool
@@ -629,16 +629,13 @@ class HPCCluster(Display, Cluster):
         now = time.monotonic()
         never = []
         for job in live:
-            listed = states.get(job.job_id)  # type: ignore[arg-type]
-            if listed is None:
-                job.missing += 1  # not listed yet (just submitted), or gone
-                category = "ended" if job.missing >= 2 else job.state
-            else:
-                job.missing = 0
-                job.batch_state, reason = listed
-                category = self._batch.system.category(job.batch_state)
-                if category == "queued" and self._batch.system.never_starts(reason):
-                    never.append((job, reason))
+            category, reason = tracking.read(
+                job,
+                states.get(job.job_id),  # type: ignore[arg-type]
+                self._batch.system,
+            )
+            if reason is not None:
+                never.append((job, reason))
             if category == "ended":
                 self._job_ended(job)
                 continue
@@ -657,14 +654,12 @@ class HPCCluster(Display, Cluster):
                 self._failed(job, f"is held for {reason}", never=True)
                 await self._cancel([job])
         for job in list(self.jobs.values()):
-            if job.state != "running" or job.workers or job.cancelled:
-                continue
-            empty = now - (job.empty_since or now)
-            if not job.ever_connected and empty > self.start_timeout:
+            how = tracking.stuck(job, now, self.start_timeout, self.end_grace)
+            if how == "never":
+                empty = now - (job.empty_since or now)
                 self._failed(job, f"ran {empty:.0f} s without connecting a worker")
+            if how is not None:  # "gone": its workers are gone, it did not end: end it
                 await self._cancel([job])
-            elif job.ever_connected and empty > self.end_grace:
-                await self._cancel([job])  # its workers are gone, it did not end: end it
 
     def _past_retirement(self, job: Job, now: float) -> bool:
         return sizing.past_retirement(job, self.pools[job.pool], now, self.poll_interval)
