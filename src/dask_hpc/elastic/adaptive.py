@@ -17,6 +17,8 @@ from typing import Any
 
 from distributed.deploy.adaptive import Adaptive
 
+from . import sizing
+
 
 class JobAdaptive(Adaptive):
     """Adapts every pool of an ``HPCCluster`` that has adaptive bounds."""
@@ -36,8 +38,7 @@ class JobAdaptive(Adaptive):
                 return
             wanted = await self.cluster._desired_workers(self.target_duration)
             for pool in pools:
-                lo, hi = pool.bounds
-                jobs = int(min(hi, max(lo, pool.jobs_for_workers(wanted.get(pool.name, 0)))))
+                jobs = sizing.adapt_target(pool, wanted.get(pool.name, 0))
                 have = len(self.cluster.counted(pool))
                 if jobs > have or (jobs == have and jobs != pool.target):
                     self.down_counts.pop(pool.name, None)

@@ -23,7 +23,6 @@ import asyncio
 import atexit
 import contextlib
 import logging
-import math
 import os
 import shutil
 import sys
@@ -49,7 +48,7 @@ from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
 from ..images import ImageError
 from ..sites import Site, detect_site, load_site
-from . import naming, state
+from . import naming, sizing, state, tracking
 from .display import Display
 from .jobs import BatchClient, Job
 from .pools import Pool, make_pool
@@ -630,16 +629,13 @@ class HPCCluster(Display, Cluster):
         now = time.monotonic()
         never = []
         for job in live:
-            listed = states.get(job.job_id)  # type: ignore[arg-type]
-            if listed is None:
-                job.missing += 1  # not listed yet (just submitted), or gone
-                category = "ended" if job.missing >= 2 else job.state
-            else:
-                job.missing = 0
-                job.batch_state, reason = listed
-                category = self._batch.system.category(job.batch_state)
-                if category == "queued" and self._batch.system.never_starts(reason):
-                    never.append((job, reason))
+            category, reason = tracking.read(
+                job,
+                states.get(job.job_id),  # type: ignore[arg-type]
+                self._batch.system,
+            )
+            if reason is not None:
+                never.append((job, reason))
             if category == "ended":
                 self._job_ended(job)
                 continue
@@ -658,25 +654,15 @@ class HPCCluster(Display, Cluster):
                 self._failed(job, f"is held for {reason}", never=True)
                 await self._cancel([job])
         for job in list(self.jobs.values()):
-            if job.state != "running" or job.workers or job.cancelled:
-                continue
-            empty = now - (job.empty_since or now)
-            if not job.ever_connected and empty > self.start_timeout:
+            how = tracking.stuck(job, now, self.start_timeout, self.end_grace)
+            if how == "never":
+                empty = now - (job.empty_since or now)
                 self._failed(job, f"ran {empty:.0f} s without connecting a worker")
+            if how is not None:  # "gone": its workers are gone, it did not end: end it
                 await self._cancel([job])
-            elif job.ever_connected and empty > self.end_grace:
-                await self._cancel([job])  # its workers are gone, it did not end: end it
 
     def _past_retirement(self, job: Job, now: float) -> bool:
-        """Whether a running job's workers should all have retired by now, counting from the
-        job's start (Dask's lifetime counts from each worker's start, later when a loaded node
-        is slow to start them): 60% of the margin before the walltime, the polling's delay in
-        seeing the job start included."""
-        if job.started_at is None:
-            return False
-        pool = self.pools[job.pool]
-        start = job.started_at - self.poll_interval
-        return now >= start + pool.walltime_seconds - 0.6 * pool.lifetime_margin
+        return sizing.past_retirement(job, self.pools[job.pool], now, self.poll_interval)
 
     def _job_ended(self, job: Job) -> None:
         job.state = "ended"
@@ -720,24 +706,9 @@ class HPCCluster(Display, Cluster):
         task.add_done_callback(self._background.discard)
 
     def counts(self, job: Job, now: float | None = None) -> bool:
-        """Whether ``job`` counts toward its pool's size."""
-        if job.ended or job.cancelled or job.retiring:
-            return False
+        """Whether ``job`` counts toward its pool's size (``sizing.counts``)."""
         now = time.monotonic() if now is None else now
-        if job.state == "running" and not job.workers and job.ever_connected:
-            return False  # its workers are gone (retired at its walltime, or died)
-        if job.expiring:
-            return False
-        if job.connected_at is not None:
-            pool = self.pools[job.pool]
-            duration, stagger = pool.lifetime()
-            first_retirement = job.connected_at + duration - stagger
-            if now >= first_retirement - pool.retire_lead():
-                # Its replacement must be connected before it goes. Once, for good: a lead
-                # that shrinks later (a faster start) must not count it again.
-                job.expiring = True
-                return False
-        return True
+        return sizing.counts(job, self.pools[job.pool], now)
 
     def counted(self, pool: Pool) -> list[Job]:
         now = time.monotonic()
@@ -779,14 +750,7 @@ class HPCCluster(Display, Cluster):
         """Give up ``n`` of ``jobs``: queued ones first (newest first), then running ones with
         no worker yet, then those whose walltime ends first (they end soonest anyway)."""
 
-        def order(job: Job) -> tuple[int, float]:
-            if job.state != "running":
-                return (0, -job.submitted_at)
-            if not job.workers:
-                return (1, -job.submitted_at)
-            return (2, job.connected_at or 0.0)
-
-        chosen = sorted(jobs, key=order)[:n]
+        chosen = sizing.shrink_choice(jobs, n)
         await self._cancel([j for j in chosen if not j.workers])
         for job in chosen:
             if job.workers:
@@ -842,10 +806,7 @@ class HPCCluster(Display, Cluster):
                 "scale by jobs= or by workers (n)", "memory= and cores= are not supported"
             )
         chosen = self._pool(pool)
-        if jobs is None:
-            jobs = chosen.jobs_for_workers(n or 0)
-        if not isinstance(jobs, int) or jobs < 0:
-            raise UsageError(f"jobs must be a whole number, not {jobs!r}")
+        jobs = sizing.scale_jobs(chosen, n, jobs)
         chosen.bounds = None
         chosen.broken = None
         chosen.failures = 0
@@ -880,18 +841,7 @@ class HPCCluster(Display, Cluster):
 
         chosen = [self._pool(pool)] if pool else list(self.pools.values())
         for each in chosen:
-            lo = minimum_jobs
-            if lo is None:
-                lo = each.jobs_for_workers(minimum or 0)
-            hi: float
-            if maximum_jobs is not None:
-                hi = maximum_jobs
-            elif maximum is not None and not math.isinf(maximum):
-                hi = math.floor(maximum / each.workers_per_job)
-            else:
-                hi = math.inf
-            if lo < 0 or hi < lo:
-                raise UsageError(f"adapt between {lo} and {hi} jobs is not a range")
+            lo, hi = sizing.adapt_bounds(each, minimum_jobs, maximum_jobs, minimum, maximum)
             each.bounds = (lo, hi)
             each.broken = None
             each.failures = 0
@@ -934,9 +884,7 @@ class HPCCluster(Display, Cluster):
                 return
             if not close:
                 return
-            waiting = [j for j in have if j.state != "running" or not j.workers]
-            idle = await self._idle_jobs(pool)
-            give_up = (waiting + idle)[: len(have) - jobs]
+            give_up = sizing.give_up(have, await self._idle_jobs(pool), jobs)
             pool.target = len(have) - len(give_up)
             await self._shrink(give_up, len(give_up))
 
