@@ -276,6 +276,8 @@ def test_oversubscribed_node_slows_idle_workers_profilers(tmp_path: Path) -> Non
     w = workers(plan("cpu 104", {}, tmp_path, node=two_cpus))[0]
     assert w["env"]["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] == "520ms"
     assert w["env"]["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] == "10s"
+    assert w["env"]["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"] == "1000ms"
+    assert w["env"]["DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL"] == "1000ms"
     # One worker per CPU or fewer (Aurora: 104 on 208): Dask's own.
     assert (
         "DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"

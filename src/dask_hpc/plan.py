@@ -581,11 +581,17 @@ def scale_needs(
         # with other jobs): an idle worker's profiler wakes every 10 ms and its system monitor
         # every 0.5 s; measured 208 idle workers on 2 cores: the CPUs were saturated doing
         # nothing. Both slow down by the oversubscription, so the node pays what 1 worker per
-        # CPU pays.
+        # CPU pays. So do the event loop's tick (every 20 ms) and the memory monitor (every
+        # 100 ms, a /proc read): with only the first two slowed, 208 idle workers on 2 cores
+        # still used both cores (~1% of a CPU each, py-spy: _measure_tick and memory_monitor).
         interval = min(1000, round(10 * over))
         idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] = f"{interval}ms"
         idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__CYCLE"] = f"{max(1000, 10 * interval)}ms"
         idle_env["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] = f"{min(10, 0.5 * over):g}s"
+        idle_env["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"] = f"{min(1000, round(20 * over))}ms"
+        idle_env["DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL"] = (
+            f"{min(1000, round(100 * over))}ms"
+        )
     open_files = FDS_BASE + FDS_PER_NANNY * workers_here
     return ScaleNeeds(
         start_timeout=round(start),

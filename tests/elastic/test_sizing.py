@@ -46,9 +46,12 @@ def test_scale_jobs_multi_node_and_bad_values() -> None:
     pool = make_pool(workers_per_node=2, nodes_per_job=3)  # 6 workers a job
     assert sizing.scale_jobs(pool, 7, None) == 2
     assert sizing.scale_jobs(pool, 100, 3) == 3  # jobs= wins
-    for bad in (-1, 1.5):
-        with pytest.raises(UsageError):
+    for bad in (-1, 1.5, True):
+        with pytest.raises(UsageError, match="jobs is a number of jobs"):
             sizing.scale_jobs(pool, None, bad)  # type: ignore[arg-type]
+    for bad in (-5, 2.5, True):
+        with pytest.raises(UsageError, match="n is a number of workers"):
+            sizing.scale_jobs(pool, bad, None)  # type: ignore[arg-type]
 
 
 def test_adapt_bounds_in_workers_and_jobs() -> None:

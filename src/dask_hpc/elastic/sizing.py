@@ -61,10 +61,17 @@ def shrink_choice(jobs: Sequence[Job], n: int) -> list[Job]:
 def scale_jobs(pool: Pool, n: int | None, jobs: int | None) -> int:
     """Jobs for ``scale(n)`` (workers, rounded up to whole jobs) or ``scale(jobs=)``."""
     if jobs is None:
-        jobs = pool.jobs_for_workers(n or 0)
-    if not isinstance(jobs, int) or jobs < 0:
-        raise UsageError(f"jobs must be a whole number, not {jobs!r}")
+        if not _whole(n or 0):
+            raise UsageError(f"scale(n): n is a number of workers (0 or more), not {n!r}")
+        return pool.jobs_for_workers(n or 0)
+    if not _whole(jobs):
+        raise UsageError(f"scale(jobs=): jobs is a number of jobs (0 or more), not {jobs!r}")
     return jobs
+
+
+def _whole(value: object) -> bool:
+    """A count: an int of 0 or more (``True`` is an int to Python, not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def adapt_bounds(
