@@ -78,19 +78,24 @@ if __name__ == "__main__":
 """
 
 
-def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged_env) -> None:
-    script = tmp_path / "forked.py"
-    script.write_text(FORKED)
-    directory = tmp_path / "mp"
-    directory.mkdir(mode=0o700)
+def run_script(script: Path, text: str, directory: Path, env: dict[str, str]):
+    """Run ``text`` as a Python script given ``directory``; it must exit 0."""
+    script.write_text(text)
     result = subprocess.run(
         [sys.executable, str(script), str(directory)],
-        env=tagged_env,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=90,
     )
     assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged_env) -> None:
+    directory = tmp_path / "mp"
+    directory.mkdir(mode=0o700)
+    result = run_script(tmp_path / "forked.py", FORKED, directory, tagged_env)
     assert "RESULT 49" in result.stdout
     assert "resource_tracker" not in result.stderr  # no "died unexpectedly, relaunching"
 
@@ -123,14 +128,5 @@ if __name__ == "__main__":
 def test_where_the_internals_differ_multiprocessing_starts_its_own(
     tmp_path: Path, tagged_env
 ) -> None:
-    script = tmp_path / "fallback.py"
-    script.write_text(FALLBACK)
-    result = subprocess.run(
-        [sys.executable, str(script), str(tmp_path)],
-        env=tagged_env,
-        capture_output=True,
-        text=True,
-        timeout=90,
-    )
-    assert result.returncode == 0, result.stderr
+    result = run_script(tmp_path / "fallback.py", FALLBACK, tmp_path, tagged_env)
     assert "RESULT 36" in result.stdout
