@@ -334,8 +334,8 @@ class FirstRank(Rank):
             return lost
         self.lost_reported += len(lost)
         where = roster.where_lost(lost, self.roster.hosts)
-        was, its = ("was", "its") if len(lost) == 1 else ("were", "their")
-        what = f"{where} {was} lost (killed, or {its} node{'' if its == 'its' else 's'} died)"
+        was, its, nodes = ("was", "its", "node") if len(lost) == 1 else ("were", "their", "nodes")
+        what = f"{where} {was} lost (killed, or {its} {nodes} died)"
         if self.plan.abort_on_node_loss:
             say(f"error: {what}: stopping the cluster")
         else:

@@ -61,9 +61,10 @@ def shrink_choice(jobs: Sequence[Job], n: int) -> list[Job]:
 def scale_jobs(pool: Pool, n: int | None, jobs: int | None) -> int:
     """Jobs for ``scale(n)`` (workers, rounded up to whole jobs) or ``scale(jobs=)``."""
     if jobs is None:
-        if not _whole(n or 0):
+        workers = 0 if n is None else n
+        if not _whole(workers):
             raise UsageError(f"scale(n): n is a number of workers (0 or more), not {n!r}")
-        return pool.jobs_for_workers(n or 0)
+        return pool.jobs_for_workers(workers)
     if not _whole(jobs):
         raise UsageError(f"scale(jobs=): jobs is a number of jobs (0 or more), not {jobs!r}")
     return jobs
