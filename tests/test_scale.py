@@ -15,6 +15,7 @@ import pytest
 from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
+from dask_hpc import log_summary
 from dask_hpc.plan import FDS_BASE
 
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
@@ -26,26 +27,30 @@ LIMITS = [
 
 
 @pytest.fixture(autouse=True)
-def _no_filter_left_by_close_workers():
-    """close_workers quiets a logger for the rest of the scheduler's process: here, the tests'."""
+def _no_mute_left_by_close_workers():
+    """close_workers mutes a warning on the terminal for the rest of the scheduler's process:
+    here, the tests'."""
     yield
-    logger = logging.getLogger("distributed.comm.tcp")
-    for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
-        logger.removeFilter(drop)
+    for summary in log_summary._SUMMARIES:
+        summary.muted.discard("tls-refused")
 
 
 @contextlib.contextmanager
-def messages_shown(logger_name: str) -> Iterator[list[str]]:
-    """The warnings and errors of a logger that reach its handlers (its filters passed them)."""
+def messages_shown(logger_name: str, terminal: bool = False) -> Iterator[list[str]]:
+    """The warnings and errors of a logger that reach its handlers (its filters passed them);
+    ``terminal``: a terminal's handler, with its summary of repeated warnings."""
     shown: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+    if terminal:
+        log_summary.attach(handler)
     logger = logging.getLogger(logger_name)
     logger.addHandler(handler)
     try:
         yield shown
     finally:
         logger.removeHandler(handler)
+        log_summary._SUMMARIES[:] = [s for s in log_summary._SUMMARIES if s.handler is not handler]
 
 
 def limited(soft: int, hard: int | None, argv: list[str]) -> list[str]:
@@ -318,7 +323,7 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
             while not any("TLS handshake failed" in m for m in logged[seen:]):
                 await asyncio.sleep(0.01)  # the listener's warning, bounded by wait_for
 
-    with messages_shown("distributed.comm.tcp") as shown:
+    with messages_shown("distributed.comm.tcp", terminal=True) as shown:
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=False), 30))
         assert sum("TLS handshake failed" in m for m in shown) == 1  # Dask warns while it runs
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=True), 30))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import json
-import logging
 import os
 import signal
 import warnings
@@ -25,7 +24,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.security import Security
 from distributed.utils import get_ip
 
-from . import dashboard
+from . import dashboard, log_summary
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .plan import ProcessSpec
@@ -209,15 +208,11 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         await scheduler.finished()
         reporter.flush()  # the last workers' removals
 
-    asyncio.run(serve())
+    try:
+        asyncio.run(serve())
+    finally:
+        log_summary.flush()
     return EXIT_CLOSED
-
-
-class _HandshakesCutShort(logging.Filter):
-    """Drops Dask's warning for a TLS handshake that a closing worker broke off."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Listener on %r: TLS handshake failed")
 
 
 def close_workers(scheduler: Scheduler) -> None:
@@ -230,7 +225,7 @@ def close_workers(scheduler: Scheduler) -> None:
     Nor does it warn about the TLS handshakes that closing workers break off (their heartbeat's
     connection): 161 warnings on the terminal at 1,000 workers.
     """
-    logging.getLogger("distributed.comm.tcp").addFilter(_HandshakesCutShort())
+    log_summary.mute("tls-refused")
     send = scheduler.worker_send
 
     def worker_send(worker: str, msg: dict[str, Any]) -> None:
@@ -270,3 +265,5 @@ def worker_main(spec: ProcessSpec, address: str) -> int:
     except (OSError, asyncio.TimeoutError, TimeoutError) as error:
         say(f"worker {spec.name}: cannot reach the scheduler at {address}: {error}")
         return EXIT_SCHEDULER_LOST
+    finally:
+        log_summary.flush()

@@ -17,6 +17,8 @@ from distributed.core import Status
 from distributed.security import Security
 from distributed.utils import get_ip
 
+from . import log_summary
+
 # Reasons a worker gives when its scheduler went away without closing it.
 LOST_SCHEDULER_REASONS = ("worker-handle-scheduler-connection-broken", "worker-heartbeat-error")
 
@@ -101,7 +103,8 @@ def quiet_stderr(level: str | None = None) -> None:
 
     The loggers stay at Dask's levels (info), so ``client.get_worker_logs()`` and
     ``get_scheduler_logs()`` hold what they hold under ``dask worker``; only the stream to the
-    terminal is filtered, routine warnings (``ROUTINE``) included.
+    terminal is filtered, routine warnings (``ROUTINE``) included, and Dask's per-worker and
+    per-connection warnings are summarised (``log_summary``).
     """
     level = str(level or dask.config.get("hpc.log-level", "warning")).upper()
     for name in ("distributed", "distributed.client", "bokeh", "tornado"):
@@ -112,6 +115,7 @@ def quiet_stderr(level: str | None = None) -> None:
                 handler.setLevel(level)
                 if level not in ("DEBUG", "INFO"):
                     handler.addFilter(_ROUTINE_FILTER)
+                log_summary.attach(handler)  # at any level: a flood is never useful
 
 
 def worker_kwargs(options: dict[str, Any], address: str) -> dict[str, Any]:
@@ -192,7 +196,10 @@ class HpcWorker(Worker):
     async def close(self, *args: Any, reason: str = "worker-close", **kwargs: Any) -> Any:
         if not self.close_reason:
             self.close_reason = reason
-        return await super().close(*args, reason=reason, **kwargs)
+        try:
+            return await super().close(*args, reason=reason, **kwargs)
+        finally:
+            log_summary.flush()  # what its listener refused, before the process ends
 
 
 class BoundWorker(HpcWorker):
