@@ -361,18 +361,24 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
 
 
 def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
-    """benchmarks/scale.py (docs/scale.md) at two small sizes: its table, its scheduler probe's
-    rows, and the goal of a flat cost per worker against a lone rank 0 (not timed here)."""
+    """benchmarks/scale.py (docs/scale.md) at two small sizes, with a short idle period and a
+    small computation: its table, its scheduler probe's rows, the computation's result and
+    the goals (not timed here)."""
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
-    result = run_cmd([sys.executable, str(bench), "--workers", "10", "30"], env=cluster_env,
-                     timeout=300)  # fmt: skip
+    argv = [sys.executable, str(bench), "--workers", "10", "30", "--idle", "1", "--tasks", "300"]
+    result = run_cmd(argv, env=cluster_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows: dict[str, list[str]] = {}  # the first table's rows (the fits' table repeats labels)
+    rows: dict[str, list[str]] = {}  # the first table's rows
     for line in result.stdout.splitlines():
         if line.startswith("| "):
             label, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
             rows.setdefault(label, cells)
     assert rows["W (= ranks x per rank)"] == ["10", "30"]
-    assert float(rows["scheduler loop CPU per worker: first to last join (ms)"][1]) > 0
-    assert rows["rank 0 open fds"]
-    assert any(key.startswith("rank 0 CPU per worker beyond a lone rank 0's") for key in rows)
+    assert float(rows["scheduler loop CPU per join (ms)"][1]) > 0
+    assert [c.split("; ")[2] for c in rows["computation: tasks; submit -> result (s); right"]] == [
+        "yes", "yes"
+    ]
+    assert rows["workers removed before COMMAND's end (why)"] == ["0", "0"]
+    assert rows["workers at the end / after the start"] == ["10/10", "30/30"]
+    assert rows["rank 0 open fds (rank + scheduler)"]
+    assert any(key.endswith("workers lost before COMMAND's end") for key in rows)
