@@ -230,13 +230,17 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
     assert asyncio.run(remove_worker_messages(close_workers)) == 0
 
 
-def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
-    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py)."""
+def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error(monkeypatch) -> None:
+    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py).
+    Here by RPC (Dask's scheduler, which takes none on the stream: tests/test_heartbeats.py)."""
     import asyncio
 
     from distributed import Scheduler, Worker
 
+    from dask_hpc.heartbeats import StreamHeartbeats
     from dask_hpc.worker import HpcWorker
+
+    monkeypatch.setattr(StreamHeartbeats, "offer_wait", 0.2)  # no offer from Dask's scheduler
 
     async def heartbeat_errors_at_close(cls: type[Worker]) -> list[str]:
         with messages_shown("distributed.worker") as shown:

@@ -24,7 +24,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.security import Security
 from distributed.utils import get_ip
 
-from . import dashboard, log_summary
+from . import dashboard, heartbeats, log_summary
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .plan import ProcessSpec
@@ -192,6 +192,7 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         scheduler.add_plugin(reporter)
         scheduler.add_plugin(distinct_versions)
         scheduler.add_plugin(_LongLivedOutOfGC())
+        heartbeats.serve(scheduler)
         _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGUSR1, lambda: close_workers(scheduler)
