@@ -43,9 +43,9 @@ from scale_launch import REPO, SRC, Launch, Rank0Watch, dump, split_cpus
 from scale_sim import RANKS_PER_SIM
 
 JOB = Path(__file__).resolve().parent / "scale_job.py"
-# Open files the scheduler's process holds per worker: its batched stream, and Dask's pooled
-# connection for heartbeats (measured: 2 per worker).
-SCHEDULER_FDS_PER_WORKER = 2
+# Open files the scheduler's process holds per worker: its batched stream (start-cluster's
+# workers send their heartbeats on it; with Dask's RPC heartbeats, 2 per worker).
+SCHEDULER_FDS_PER_WORKER = 1
 FDS_MARGIN = 1024  # the scheduler's own files, the clients', the dashboard's
 PHASES = ("start", "idle", "computation", "shutdown")
 

@@ -121,3 +121,26 @@ def test_a_missing_reply_is_a_failed_heartbeat(monkeypatch) -> None:
     assert asyncio.run(asyncio.wait_for(run(), 60)) == [
         "Failed to communicate with scheduler during heartbeat."
     ]
+
+
+def test_an_offer_that_comes_late_moves_the_heartbeats_to_the_stream(monkeypatch) -> None:
+    """A busy scheduler's offer after the first heartbeat went by RPC: the next ones go on the
+    stream, and the RPC's pooled connection is closed (one open file per worker again)."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "offer_wait", 0.2)
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            heartbeats.serve(scheduler)
+            offer = scheduler.stream_handlers["keep-alive"]
+            scheduler.stream_handlers["keep-alive"] = lambda **kwargs: None  # not yet
+            async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                assert worker.rpc.open == 1  # Dask's RPC, on a pooled connection
+                offer(worker=worker.address, **{heartbeats.ASK: True})  # the late answer
+                await until(lambda: worker.scheduler._offered.is_set())
+                tried = no_rpc_heartbeats(scheduler)
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                await until(lambda: worker.rpc.open == 0)
+                assert tried == []
+
+    asyncio.run(asyncio.wait_for(run(), 60))

@@ -55,7 +55,10 @@ class StreamHeartbeats:
     """A worker's ``scheduler`` RPC object whose ``heartbeat_worker`` goes on the stream once
     the scheduler offered it; every other call is the RPC's."""
 
-    offer_wait = 5.0  # s a heartbeat waits for the scheduler's answer to the worker's question
+    # s a heartbeat waits for the scheduler's answer to the worker's question: it follows the
+    # registration's reply at once, but 1,000 workers joining at once on 2 busy cores had the
+    # scheduler's loop seconds behind (with 5 s, 246 of 1,000 heartbeated by RPC at first).
+    offer_wait = 30.0
     reply_timeout: float | None = None  # s; None: Dask's distributed.comm.timeouts.tcp
 
     def __init__(self, worker: Any) -> None:
@@ -63,6 +66,7 @@ class StreamHeartbeats:
         self._rpc = worker.scheduler
         self._offered = asyncio.Event()
         self._asked_at: float | None = None
+        self._by_rpc = False  # its last heartbeat went by RPC (on a pooled connection)
         self._replies: collections.deque[asyncio.Future[dict]] = collections.deque()
         worker.stream_handlers[OFFER] = self._on_offer
         worker.stream_handlers[REPLY] = self._on_reply
@@ -83,7 +87,13 @@ class StreamHeartbeats:
             except (asyncio.TimeoutError, TimeoutError):
                 self._asked_at = None  # not start-cluster's scheduler: Dask's RPC from now on
         if not self._offered.is_set():
+            self._by_rpc = True
             return await self._rpc.heartbeat_worker(**kwargs)
+        if self._by_rpc:  # the offer came late: the RPC's connection is no longer needed
+            self._by_rpc = False
+            pool, address = self._worker.rpc, self._rpc.address
+            if not pool.occupied.get(address):  # none in use (who_has, ...): close them
+                pool.remove(address)
         reply: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
         self._replies.append(reply)
         self._worker.batched_stream.send({"op": BEAT, **kwargs})
