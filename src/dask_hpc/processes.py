@@ -21,12 +21,12 @@ from typing import Any
 import dask.config
 from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.security import Security
 from distributed.utils import get_ip
 
 from . import dashboard, heartbeats, log_summary
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
+from .lighter_tls import Security
 from .plan import ProcessSpec
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 

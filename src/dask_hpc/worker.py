@@ -14,11 +14,11 @@ from typing import Any
 import dask.config
 from distributed import Worker
 from distributed.core import Status
-from distributed.security import Security
 from distributed.utils import get_ip
 
 from . import log_summary
 from .heartbeats import StreamHeartbeats
+from .lighter_tls import Security
 
 # Reasons a worker gives when its scheduler went away without closing it.
 LOST_SCHEDULER_REASONS = ("worker-handle-scheduler-connection-broken", "worker-heartbeat-error")

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 from distributed import Scheduler
-from distributed.security import Security
 from distributed.utils import get_ip
 
 from .. import dashboard, heartbeats
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
+from ..lighter_tls import Security
 from ..plan import interface_address
 from ..security import TlsFiles
 from . import targets
