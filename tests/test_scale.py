@@ -126,73 +126,6 @@ def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
     assert len(progress) < 208 // 2, progress  # rate-limited, not a line per worker
 
 
-def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
-    from distributed import versions
-
-    from dask_hpc.processes import compare_distinct_versions
-
-    original = versions.error_message
-    monkeypatch.setattr(versions, "error_message", original)
-    seen: list[int] = []
-
-    def counting(scheduler, workers, source, source_name="Client"):
-        seen.append(len(workers))
-        return original(scheduler, workers, source, source_name=source_name)
-
-    monkeypatch.setattr(versions, "error_message", counting)
-    compare_distinct_versions()
-    mine = versions.get_versions()
-    other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
-    workers = {f"w{i}": mine for i in range(1000)}
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    workers["odd"] = other  # one worker with another numpy: the warning is still there
-    assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
-    assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
-    del workers["odd"]  # it left: the warning goes with it
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    workers["none"] = None  # a worker that sent no versions: Dask's "UNKNOWN", kept apart
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    assert seen == [1, 2, 1, 2]
-
-
-def test_version_groups_follow_the_schedulers_workers_without_a_scan(monkeypatch) -> None:
-    """With a real scheduler and workers the groups are kept by its add/remove hooks: a join's
-    version check does not go over every connected worker (O(W) per join, O(W^2) a start)."""
-    import asyncio
-
-    from distributed import Scheduler, Worker, versions
-
-    from dask_hpc.processes import compare_distinct_versions
-
-    monkeypatch.setattr(versions, "error_message", versions.error_message)
-    distinct = compare_distinct_versions()
-
-    class Unscannable(dict):
-        def keys(self):
-            raise AssertionError("the version check went over every worker")
-
-    async def run() -> None:
-        async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
-            scheduler.add_plugin(distinct)
-            workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(3)]
-            await asyncio.gather(*workers)
-            try:
-                assert distinct.key_of.keys() == scheduler.workers.keys()
-                current = Unscannable({w: ws.versions for w, ws in scheduler.workers.items()})
-                assert len(distinct.representatives(current)) == 1  # same versions: 1 of 3
-                mine = versions.get_versions()
-                other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
-                assert "numpy" in versions.error_message(mine, current, other)["warning"]
-                await workers[0].close()
-                while len(scheduler.workers) > 2:
-                    await asyncio.sleep(0.01)
-                assert distinct.key_of.keys() == scheduler.workers.keys()
-            finally:
-                await asyncio.gather(*(w.close() for w in workers))
-
-    asyncio.run(asyncio.wait_for(run(), 60))
-
-
 def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other() -> None:
     """Dask's remove_worker sends every remaining worker a message about each one that left
     (O(W^2)); close_workers, the end of a cluster, does not: real scheduler and workers."""
@@ -200,11 +133,13 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 
     from distributed import Scheduler, Worker
 
+    from dask_hpc import many_workers
     from dask_hpc.processes import close_workers
 
     async def remove_worker_messages(close) -> int:
         sent = []
         async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
+            many_workers.install(scheduler)
             workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(4)]
             await asyncio.gather(*workers)
             for stream in scheduler.stream_comms.values():
@@ -220,6 +155,9 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
                     await asyncio.sleep(0.01)
 
             await asyncio.wait_for(all_removed(), 30)
+            # Dask's state of every worker is gone as always
+            assert not (scheduler.stream_comms or scheduler.host_info or scheduler.aliases)
+            assert not (scheduler.running or scheduler.idle) and scheduler.total_nthreads == 0
         return len(sent)
 
     def one_by_one(scheduler) -> None:  # what Dask does without close_workers
@@ -333,35 +271,6 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=True), 30))
     assert sum("TLS handshake failed" in m for m in logged) == 2
     assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
-
-
-def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> None:
-    """A full garbage collection walks what was made since the last tenth of the workers."""
-    import gc
-    from types import SimpleNamespace
-
-    from dask_hpc.processes import _LongLivedOutOfGC
-
-    freezes: list[int] = []
-    scheduler = SimpleNamespace(workers={}, tasks={})
-    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
-    plugin = _LongLivedOutOfGC()
-    for i in range(10_000):
-        scheduler.workers[f"w{i}"] = None
-        plugin.add_worker(scheduler, f"w{i}")
-    assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
-    assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
-    assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
-    # A computation's tasks are never frozen: workers that join while it runs freeze nothing.
-    freezes.clear()
-    scheduler.tasks["a-task"] = None
-    for i in range(10_000, 20_000):
-        scheduler.workers[f"w{i}"] = None
-        plugin.add_worker(scheduler, f"w{i}")
-    assert freezes == []
-    del scheduler.tasks["a-task"]
-    plugin.add_worker(scheduler, "w19999")
-    assert freezes == [20_000]
 
 
 def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
