@@ -37,6 +37,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from scale_launch import REPO, SRC, Launch, Rank0Watch, dump, split_cpus
@@ -130,6 +131,10 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         if phase:
             longest[phase] = max(longest[phase], late)
             longest_cpu[phase] = max(longest_cpu[phase], thread_cpu)
+    stacks: dict[str, Counter[str]] = {p: Counter() for p in PHASES}  # the loop while late
+    for t, where in faults["stacks"]:
+        if phase := phase_of(t, job, ready, end):
+            stacks[phase][where] += 1
     dropped: dict[str, int] = {}  # workers removed before COMMAND's end, by why
     for t, _, why, _ in faults["removals"]:
         if t < end:
@@ -174,6 +179,10 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         "longest_stall_cpu_s": longest_cpu,
         "stalls_over_half_s": sum(1 for _, late, _, _ in faults["stalls"] if late > 0.5),
         "probes": probes,
+        # the scheduler's garbage collections, by generation: [passes, s, longest s, CPU s, ...]
+        "gc": faults["gc"],
+        # where the loop was while over 0.25 s late (sampled every 50 ms): the 3 most common
+        "stall_stacks": {p: c.most_common(3) for p, c in stacks.items() if c},
         "sim_cpu_s": sim_cpu,
         "busy": (cpu + sim_cpu) / (len(os.sched_getaffinity(0)) * (max(ends.values()) - start)),
         "peak_mib": watch.peak_rss / 2**20,
@@ -208,6 +217,13 @@ def probe_cell(r: dict, phase: str, what: str) -> str:
     return text + (f" ({failed[2]} failed)" if failed else "")
 
 
+def gc_cell(gc: dict[str, list[float]]) -> str:
+    young = [gc.get(g, [0] * 5) for g in ("0", "1")]
+    full = gc.get("2", [0] * 5)
+    return (f"{sum(y[0] for y in young):.0f}, {sum(y[3] for y in young):.2f}; "
+            f"{full[0]:.0f}, {full[3]:.2f}, {full[4]:.2f}")  # fmt: skip
+
+
 def number(fmt: str, value: object) -> str:
     return "–" if value is None else fmt.format(value)
 
@@ -238,6 +254,8 @@ COLUMNS = [
        lambda r, p=p: f"{r['longest_stall_s'][p]:.2f}; {r['longest_stall_cpu_s'][p]:.2f}")
       for p in PHASES),
     ("loop stalls over 0.5 s (wall)", lambda r: str(r["stalls_over_half_s"])),
+    ("scheduler GC, whole run: young passes, CPU s; full passes, CPU s, longest s",
+     lambda r: gc_cell(r["gc"])),
     *((f"scheduler_info() while {p}: median / longest (s)",
        lambda r, p=p: probe_cell(r, p, "scheduler_info")) for p in ("idle", "computation")),
     ("dashboard /status opened while computing (s)",
@@ -323,6 +341,12 @@ def report(results: list[dict]) -> None:
             a, b, p = fit(ws, [float(r[key] or 0) for r in results])
             at = [a + b * w**p for w in (1e4, 1e5)]
             print(f"| {label} | {a:.3g} + {b:.3g} W^{p:.2f} | {at[0]:.4g} | {at[1]:.4g} |")
+    for r in results:
+        for phase, top in r["stall_stacks"].items():
+            print(f"\nW={r['workers']:,}, {phase}: where the scheduler's loop was while over "
+                  "0.25 s late (samples every 50 ms; innermost first):")  # fmt: skip
+            for where, n in top:
+                print(f"    {n:5d}  {where[:240]}")
     met = goals({r["workers"]: r for r in results})
     if met:
         print("\n| goal (issue 28) | measured | target | met |\n|---|---|---|---|")

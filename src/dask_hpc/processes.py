@@ -22,7 +22,7 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import get_ip
 
-from . import dashboard, heartbeats, log_summary, many_workers
+from . import dashboard, event_loop, heartbeats, log_summary, many_workers
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .lighter_tls import Security
@@ -113,7 +113,7 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         reporter.flush()  # the last workers' removals
 
     try:
-        asyncio.run(serve())
+        event_loop.run(serve())  # a loop that does not run thousands of handshakes in a turn
     finally:
         log_summary.flush()
     return EXIT_CLOSED
