@@ -99,6 +99,8 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     freezes: list[int] = []
     scheduler = SimpleNamespace(workers={}, tasks={})
     monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda: collected.append(len(scheduler.workers)))
     plugin = _LongLivedOutOfGC()
     for i in range(10_000):
         scheduler.workers[f"w{i}"] = None
@@ -106,6 +108,7 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
     assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
     assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
+    assert collected == freezes[1:]  # each right after a collection: no cyclic garbage kept
     # A computation's tasks are never frozen: workers that join while it runs freeze nothing.
     freezes.clear()
     scheduler.tasks["a-task"] = None
@@ -116,3 +119,32 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     del scheduler.tasks["a-task"]
     plugin.add_worker(scheduler, "w19999")
     assert freezes == [20_000]
+
+
+def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
+    monkeypatch,
+) -> None:
+    """What heartbeats make (every worker's new metrics) is frozen while the cluster idles."""
+    import gc
+
+    from dask_hpc.many_workers import _LongLivedOutOfGC
+
+    monkeypatch.setattr(_LongLivedOutOfGC, "idle_every", 0.05)
+    freezes: list[bool] = []
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            monkeypatch.setattr(gc, "freeze", lambda: freezes.append(bool(scheduler.tasks)))
+            many_workers.install(scheduler)  # (in start-cluster before the scheduler starts)
+            plugin = scheduler.plugins[_LongLivedOutOfGC.name]
+            await plugin.start(scheduler)
+            while len(freezes) < 2:
+                await asyncio.sleep(0.01)
+            scheduler.tasks["a-task"] = None  # a computation: nothing is frozen meanwhile
+            seen = len(freezes)
+            await asyncio.sleep(0.3)
+            assert len(freezes) == seen
+            del scheduler.tasks["a-task"]
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    assert freezes and not any(freezes)
