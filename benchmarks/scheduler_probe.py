@@ -16,7 +16,6 @@ import gc
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -215,7 +214,7 @@ class FaultWatch(SchedulerPlugin):
         self.names[worker] = str(scheduler.workers[worker].name)
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
-        why = re.sub(r"-[\d.e+-]+$", "", str(kwargs.get("stimulus_id", "")))
+        why = str(kwargs.get("stimulus_id", "")).rsplit("-", 1)[0]  # (a regex: 7% of a shutdown)
         self.removals.append((time.time(), self.names.get(worker, worker), why, time.thread_time()))
 
     async def close(self) -> None:
