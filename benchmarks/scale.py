@@ -8,12 +8,13 @@ reader and roll call, start-cluster's own worker class, each rank on a loopback 
 own (127.1.x.y), as real nodes have their own.
 
     PYTHONPATH=src python benchmarks/scale.py [--workers 1000 5000 10000 20000] [--per-rank 1]
-        [--idle 300] [--tasks 100000] [--fan-in 10] [--no-settle] [--no-pin] [--repeat 1]
+        [--idle 300] [--tasks 100000] [--fan-in 10] [--saturation inf] [--no-settle] [--no-pin]
+        [--repeat 1]
 
 COMMAND (``scale_job.py``) waits until every simulated worker has sent its first heartbeat,
 then leaves the cluster idle for ``--idle`` seconds, then computes ``--tasks`` tasks summed by
 a tree of sums (no P2P), checking the result, while it times ``client.scheduler_info()`` and
-two dashboard pages every 5 s; ``--no-settle``: COMMAND ends at once. Rank 0 runs on the
+the dashboard (``scale_job.py``); ``--no-settle``: COMMAND ends at once. Rank 0 runs on the
 first CPU and the simulators on the others (``--no-pin``: all share all).
 
 Per W it prints: the time from the last worker's start to "all connected", and to every
@@ -47,7 +48,7 @@ JOB = Path(__file__).resolve().parent / "scale_job.py"
 # Open files the scheduler's process holds per worker: its batched stream (start-cluster's
 # workers send their heartbeats on it; with Dask's RPC heartbeats, 2 per worker).
 SCHEDULER_FDS_PER_WORKER = 1
-FDS_MARGIN = 1024  # the scheduler's own files, the clients', the dashboard's
+FDS_MARGIN = 256  # the scheduler's own files, the clients', the dashboard's (measured: ~40)
 PHASES = ("start", "idle", "computation", "shutdown")
 
 
@@ -91,6 +92,7 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
         "SCALE_PROBE_OUT": str(files["probe"]),
         "SCALE_FAULTS_OUT": str(files["faults"]),
+        "DASK_DISTRIBUTED__SCHEDULER__WORKER_SATURATION": opts.saturation,
     }
     command = [sys.executable, str(JOB), "--settled-dir", str(launch.settled),
                "--sims", str(len(firsts) if opts.settle else 0), "--idle", str(opts.idle),
@@ -156,6 +158,7 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         "connect_s": ready - last_start,
         "start_s": ready - start,
         "settle": opts.settle,
+        "saturation": opts.saturation,
         "pinned": rank0_cpus is not None,
         "shutdown_s": max(ends.values()) - end,
         # rank 0 exits after the last rank left: what is left of the shutdown is its own part
@@ -329,6 +332,7 @@ def report(results: list[dict]) -> None:
     print(f"\nScale, {os.cpu_count()} CPUs, TLS on, {first['workers'] // first['ranks']} "
           "worker(s) per rank (rank 0 real, the other ranks simulated)"
           + ("; rank 0 on a CPU of its own" if first["pinned"] else "")
+          + f"; worker-saturation {first['saturation']}"
           + (f"; medians of {first['runs']} runs" if first["runs"] > 1 else ""))  # fmt: skip
     print("| W (= ranks x per rank) | " + " | ".join(f"{r['workers']:,}" for r in results) + " |")
     print("|---" * (len(results) + 1) + "|")
@@ -361,6 +365,15 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=300, help="seconds the cluster idles")
     parser.add_argument("--tasks", type=int, default=100_000, help="leaf tasks (0: none)")
     parser.add_argument("--fan-in", type=int, default=10, help="results per sum in the tree")
+    parser.add_argument(
+        "--saturation",
+        default="inf",
+        help="the scheduler's distributed.scheduler.worker-saturation (Dask's default: 1.1, "
+        "queuing); inf: Dask places sibling leaves on one worker (co-assignment), so the sums "
+        "find their inputs there: with queuing each leaf's result moved to another worker over a "
+        "new TLS connection, ~10 ms of the simulators' one core each (1,000 workers, 100,000 "
+        "tasks: not done after 36 min)",
+    )
     parser.add_argument(
         "--no-settle",
         dest="settle",
