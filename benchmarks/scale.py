@@ -145,6 +145,7 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
     idle_s = max(1e-3, idle[1] - idle[0])
     computed = (job.get("submitted", end), job.get("done", end))
     probes = job.get("probes", {})
+    joined = (marks.get("first_join", [0, 0])[1], marks.get("last_join", [0, 0])[1])
     task_ms = (
         1000 * loop_cpu(marks["cpu"], *computed) / job["graph_tasks"] if "done" in job else None
     )
@@ -169,6 +170,10 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         # The scheduler's event loop alone, from scheduler_probe.py.
         "sched_join_ms": scheduler_ms("first_join", "last_join", marks["joins"] - 1),
         "sched_leave_ms": scheduler_ms("first_leave", "last_leave", marks["leaves"] - 1),
+        # heartbeats the scheduler handled meanwhile (part of "per join"; Dask's registration
+        # counts as one, hence the joins taken off)
+        "join_heartbeats": sum(joined[0] <= t <= joined[1] for t in marks["heartbeats"])
+        - marks["joins"],
         "idle_loop_pct": 100 * loop_cpu(marks["cpu"], *idle) / idle_s,
         "heartbeats_per_s": sum(idle[0] <= t < idle[1] for t in marks["heartbeats"]) / idle_s,
         "computation_s": computed[1] - computed[0] if "done" in job else None,
@@ -240,6 +245,8 @@ COLUMNS = [
     ("rank 0 CPU: until all connected, after COMMAND's exit, in all (s)",
      lambda r: f"{r['start_cpu_s']:.1f}, {r['shutdown_cpu_s']:.1f}, {r['cpu_s']:.1f}"),
     ("scheduler loop CPU per join (ms)", lambda r: number("{:.2f}", r["sched_join_ms"])),
+    ("  heartbeats it handled meanwhile, per join", lambda r:
+     f"{r['join_heartbeats'] / max(1, r['workers'] - 1):.2f}"),  # fmt: skip
     ("scheduler loop CPU per removal at the end (ms)",
      lambda r: number("{:.2f}", r["sched_leave_ms"])),  # fmt: skip
     ("scheduler loop CPU while idle (% of a core)",
