@@ -1,9 +1,12 @@
 """What a person sees of an HPCCluster: its dashboard link (token included; behind JupyterHub,
-through jupyter-server-proxy), a status table per pool, and the Jupyter repr built on Dask's."""
+through jupyter-server-proxy), a status table per pool, the Jupyter repr built on Dask's, and
+the one-line messages it prints (kept in the cluster's logs too)."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import sys
 from typing import Any
 
 import dask.config
@@ -23,6 +26,18 @@ class Display:
     batch_system: str
     site: Any
     scheduler_mode: str
+    cluster_id: str
+    quiet: bool
+    _cluster_manager_logs: Any
+
+    def _say(self, message: str) -> None:
+        """One line for the user (kept in the cluster's logs too)."""
+        self._log(f"HPCCluster {self.cluster_id}: {message}")
+
+    def _log(self, log: str) -> None:  # Dask's Cluster._log, on stderr
+        self._cluster_manager_logs.append((datetime.datetime.now(), log))
+        if not self.quiet:
+            print(log, file=sys.stderr, flush=True)
 
     @property
     def dashboard_link(self) -> str:
@@ -90,5 +105,3 @@ class Display:
         text = super().__repr__()
         jobs = sum(1 for j in list(self.jobs.values()) if not j.ended)
         return f"{text[:-1]}, jobs={jobs})"
-
-
