@@ -121,7 +121,9 @@ def test_cluster_directory_that_cannot_be_made_after_the_scheduler_forked(
     (tmp_path / "shared").mkdir()
     (tmp_path / "shared" / "dask-hpc-4242").write_text("")
     result = run_cmd([*start_cluster(), "cpu", "1", "--", "true"], env=env, timeout=60)
-    assert_one_line_error(result, "cannot prepare", "dask-hpc-4242", "--scheduler-file")
+    assert_one_line_error(
+        result, "cluster directory", "dask-hpc-4242", "is not a directory", "--scheduler-file"
+    )
 
 
 def test_layout_mismatch_under_real_mpich(run_cmd, cluster_env) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 
@@ -209,7 +210,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
     from . import nanny_host, resources
-    from .plan import make_plan
+    from .plan import make_plan, private_local_directory
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -225,10 +226,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan.notes.append(problem)
         if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
             os.sched_setaffinity(0, plan.widen_cpus)
-        host = nanny_host.start(plan)
-        from .runtime import run
+        local = private_local_directory(plan)
+        try:
+            host = nanny_host.start(plan)
+            from .runtime import run
 
-        return run(plan, host)
+            return run(plan, host)
+        finally:  # every process of the rank has ended: nothing writes there any more
+            shutil.rmtree(local, ignore_errors=True)
     except UsageError as error:
         say(f"error: {error}")
         return error.exit_code

@@ -22,7 +22,7 @@ import dask.config
 import psutil
 from dask.utils import parse_bytes, parse_timedelta
 
-from . import binding, config, gpus, launchers, resources
+from . import binding, config, gpus, launchers, private, resources
 from .errors import UsageError
 from .sites import Site, detect_site, load_site
 
@@ -83,6 +83,7 @@ class Plan:
     total_workers: int
     cluster_dir: Path
     scheduler_file: Path
+    local_base: Path  # each rank makes its private local directory in it
     tls: bool
     protocol: str
     timeout: float
@@ -116,6 +117,7 @@ class Plan:
             "total_workers": self.total_workers,
             "scheduler_file": str(self.scheduler_file),
             "cluster_directory": str(self.cluster_dir),
+            "local_directory": f"{self.local_base}/dask-hpc-* (new, private, at start)",
             "tls": self.tls,
             "protocol": self.protocol,
             "timeout": self.timeout,
@@ -192,17 +194,11 @@ def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
     return limit
 
 
-def _usable_directory(path: Path, what: str, flag: str) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-")
-        probe.close()
-    except OSError as error:
-        reason = os.strerror(error.errno) if error.errno else str(error)
-        raise UsageError(
-            f"{what} {path} is not usable ({reason.lower()})",
-            f"pass {flag} with a writable directory",
-        ) from None
+def _usable_directory(path: Path, what: str, fix: str) -> Path:
+    """``path``, made if missing, where we can write and nobody else can replace our files."""
+    private.ensure_parent(path, what, fix)
+    if not os.access(path, os.W_OK | os.X_OK):  # also a read-only file system (EROFS)
+        raise UsageError(f"{what} {path} is not usable (not writable)", fix)
     return path
 
 
@@ -250,6 +246,20 @@ def _cluster_paths(
     return directory, directory / "scheduler.json"
 
 
+SCHEDULER_FIX = (
+    "pass --scheduler-file in a directory only you can write (by default ~/.dask-hpc is used)"
+)
+
+
+def _check_cluster_paths(cluster_dir: Path, scheduler_file: Path) -> None:
+    """Rank 0's directories: a scheduler directory where nobody else can replace our files, and
+    no cluster directory or scheduler file of another user's under our names."""
+    _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
+    private.refuse_foreign(cluster_dir, "cluster directory", SCHEDULER_FIX)
+    if scheduler_file.parent != cluster_dir:
+        private.refuse_foreign(scheduler_file, "scheduler file", SCHEDULER_FIX)
+
+
 def _security(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
     """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
     tls = bool(config.get("tls") if args.tls is None else args.tls)
@@ -279,11 +289,29 @@ def _host_address(args: argparse.Namespace, site: Site, notes: list[str]) -> str
     return None
 
 
-def _local_directory(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
-    text = args.local_directory or site.expand(site.local_directory, env)
-    if text is None:
-        text = os.path.join(tempfile.gettempdir(), f"dask-hpc-{os.getuid()}")
-    return _usable_directory(Path(text).expanduser(), "local directory", "--local-directory")
+LOCAL_FIX = "pass --local-directory with a directory only you can write, or a sticky one (/tmp)"
+
+
+def _local_base(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
+    """Where each rank makes its private local directory (``private_local_directory``)."""
+    text = args.local_directory or site.expand(site.local_directory, env) or tempfile.gettempdir()
+    return _usable_directory(Path(text).expanduser().absolute(), "local directory", LOCAL_FIX)
+
+
+def private_local_directory(plan: Plan) -> Path:
+    """This rank's own local directory, new (``mkdtemp``, 0700) in the plan's base: its workers'
+    and its scheduler's scratch space. A fixed name there (``dask-scratch-space``, as Dask's
+    default, or one per user) is one another user of the node can make first; Dask puts it on
+    the workers' ``sys.path``."""
+    path = private.private_temporary_directory(
+        plan.local_base, "dask-hpc-", "local directory", LOCAL_FIX
+    )
+    for spec in plan.processes:
+        if spec.role == "worker":
+            spec.options["local_directory"] = str(path)
+        else:  # Dask's scheduler takes its work directory from this setting
+            spec.env["DASK_TEMPORARY_DIRECTORY"] = str(path)
+    return path
 
 
 def _gpu_node(
@@ -418,7 +446,7 @@ def make_plan(
     host_ip = _host_address(args, site, notes)
     cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
     if rank.is_first and not args.join:
-        _usable_directory(cluster_dir.parent, "scheduler directory", "--scheduler-file")
+        _check_cluster_paths(cluster_dir, scheduler_file)
     _check_command(args, rank)
 
     # What every worker of this rank shares.
@@ -445,7 +473,7 @@ def make_plan(
         "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
         "resources": {"GPU": 1} if gpu_node else None,
-        "local_directory": str(_local_directory(args, site, env)),
+        "local_directory": None,  # made at start: private_local_directory
         "death_timeout": args.death_timeout or scale.start_timeout,
         "host": host_ip,
         "protocol": protocol,
@@ -485,6 +513,7 @@ def make_plan(
         total_workers=total,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
+        local_base=_local_base(args, site, env),
         tls=tls,
         protocol=protocol,
         timeout=args.timeout or scale.timeout,

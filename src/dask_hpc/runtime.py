@@ -6,6 +6,7 @@ appears) with a deadline.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -16,11 +17,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import children, nanny_host, roster, security
+from . import children, nanny_host, private, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, poll_delays, read_scheduler_file, write_scheduler_file
 from .errors import StartupError, UsageError, say
-from .plan import Plan, ProcessSpec
+from .links import private_stream
+from .plan import SCHEDULER_FIX, Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
 SHUTDOWN_GRACE = 30.0
@@ -80,7 +82,9 @@ def write_exit_status(path: str, status: int) -> None:
     """Rank 0's exit status, for a job script whose launcher does not report it (Open MPI
     with --enable-recovery exits 0 whatever its ranks' statuses)."""
     try:
-        Path(path).write_text(f"{status}\n")
+        private.rewrite_own_file(Path(path), f"{status}\n".encode())
+    except UsageError as error:
+        say(f"not writing the exit status: {error}")
     except OSError as error:
         say(f"cannot write the exit status to {path}: {error.strerror}")
 
@@ -173,9 +177,10 @@ class FirstRank(Rank):
                 self.workers.pop(event["address"], None)
 
     def prepare_directory(self) -> security.TlsFiles | None:
-        directory = self.plan.cluster_dir
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(directory, 0o700)
+        """The cluster's directory, ours alone (made now, or checked through its descriptor)."""
+        directory = private.own_directory(
+            self.plan.cluster_dir, "cluster directory", SCHEDULER_FIX
+        )
         self.plan.scheduler_file.unlink(missing_ok=True)  # never let anyone read a stale one
         if not self.plan.tls:
             return None
@@ -198,14 +203,15 @@ class FirstRank(Rank):
         os.close(settings_r)
         try:
             tls = self.prepare_directory()
-        except OSError as error:
+        except (OSError, UsageError) as error:
             os.close(settings_w)
             self.release_host()
             self.sup.signal_all(signal.SIGTERM)  # both still import Dask: no need to wait
             self.sup.wait_all(10)
+            if isinstance(error, UsageError):
+                raise
             raise UsageError(
-                f"cannot prepare {plan.cluster_dir}: {error.strerror}",
-                "pass --scheduler-file in a writable shared directory",
+                f"cannot prepare {plan.cluster_dir}: {error.strerror}", SCHEDULER_FIX
             ) from None
         env = security.tls_env(tls) if tls else {}
         os.environ.update(env)
@@ -293,12 +299,14 @@ class FirstRank(Rank):
             if self.sup.signals or self._scheduler_gone():
                 return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
             return self._abort(self._startup_failure() or self._missing_message())
-        jupyter_url = jupyter_port = None
+        jupyter_port = None
         if plan.jupyter:
             from .jupyter import start_jupyter
 
             self.jupyter, jupyter_url, jupyter_port = start_jupyter(plan, self.info)
-        say(ready_message(plan, self.info, jupyter_url, jupyter_port))
+            self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
+            write_scheduler_file(plan.scheduler_file, self.info)  # for `hpc-cluster links`
+        say(ready_message(plan, self.info, jupyter_port, whole_links=private_stream()))
         if plan.command:
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
             self.command = subprocess.Popen(

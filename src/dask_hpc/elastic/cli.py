@@ -5,6 +5,7 @@
     hpc-cluster scale ~/c.json --jobs 4
     hpc-cluster status ~/c.json
     hpc-cluster down ~/c.json
+    hpc-cluster links ~/c.json                                         # dashboard link + token
     hpc-cluster script cpu --workers-per-node 2                        # print a job script
 
 ``up`` runs the cluster (an ``HPCCluster``) in its own process until COMMAND ends, or until
@@ -25,8 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import private
+from ..connection import read_scheduler_file
 from ..errors import UsageError
 from ..images import ImageError
+from ..links import hint, links, private_stream, shown
 
 PROG = "hpc-cluster"
 
@@ -97,7 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     script = sub.add_parser("script", help="print the job script, submit nothing")
     _cluster_options(script)
     for name, text in (("scale", "set a pool's jobs"), ("adapt", "adapt a pool in jobs"),
-                       ("status", "the pools and their jobs"), ("down", "close the cluster")):
+                       ("status", "the pools and their jobs"), ("down", "close the cluster"),
+                       ("links", "print the cluster's links, tokens included")):
         s = sub.add_parser(name, help=text)
         s.add_argument("scheduler_file", metavar="SCHEDULER_FILE")
         if name in ("scale", "adapt"):
@@ -160,14 +165,16 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
     try:
         cluster.remote_control = True
         if link is not None:
-            link.unlink(missing_ok=True)
-            link.symlink_to(cluster.scheduler_file)
+            private.link(link, cluster.scheduler_file)
         if args.adapt:
             cluster.adapt(minimum_jobs=args.adapt[0], maximum_jobs=args.adapt[1])
         elif args.jobs:
             cluster.scale(jobs=args.jobs)
         say(f"cluster {cluster.cluster_id} up: scheduler file {link or cluster.scheduler_file}")
-        say(f"dashboard: {cluster.dashboard_link}")
+        whole = private_stream()
+        say(f"dashboard: {shown(cluster.dashboard_link, whole)}")
+        if not whole:
+            say(hint(link or cluster.scheduler_file))
         if not command:
             say(f"`{PROG} down {link or cluster.scheduler_file}` or Ctrl-C closes it")
             while not stop and not cluster.close_requested.wait(0.5):
@@ -219,11 +226,25 @@ def script(args: argparse.Namespace) -> int:
     return 0
 
 
+def print_links(scheduler_file: Path) -> int:
+    """The links of any dask-hpc cluster (start-cluster's too), whole: for its owner, who asked."""
+    try:
+        found = links(scheduler_file)
+    except FileNotFoundError:
+        raise UsageError(
+            f"no running cluster at {scheduler_file}", "give its scheduler file"
+        ) from None
+    for name, url in found.items():
+        print(f"{name:<11} {url}")
+    return 0
+
+
 def remote(args: argparse.Namespace) -> int:
     from .. import connect
     from . import state
 
     path = Path(args.scheduler_file).expanduser()
+    read_scheduler_file(path)  # another user's file is refused (UnsafePath) before anything
     if args.command == "down" and path.resolve().parent.is_dir():
         directory = path.resolve().parent
         if (directory / state.STATE).exists() and not state.managed(directory):
@@ -246,7 +267,8 @@ def remote(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(status, indent=2))
             else:
-                print(f"cluster {status['cluster']}  dashboard {status['dashboard']}")
+                dashboard = shown(status["dashboard"], private_stream(sys.stdout))
+                print(f"cluster {status['cluster']}  dashboard {dashboard}")
                 print("pool  kind  workers/job  jobs  queued  running  workers  adapt")
                 for row in status["pools"]:
                     print(f"{row['pool']}  {row['kind']}  {row['workers_per_job']}  "
@@ -290,6 +312,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return up(args, command)
         if args.command == "script":
             return script(args)
+        if args.command == "links":
+            return print_links(Path(args.scheduler_file).expanduser())
         return remote(args)
     except (UsageError, ImageError) as error:
         say(f"error: {error}")
