@@ -185,7 +185,7 @@ class FirstRank(Rank):
             return self._abort("the scheduler did not start")
         address = self.started["address"]
         self._report_dashboard_port(self.started["dashboard_port"])
-        self.roll_call.open(address, self.sup.watch_ready, self.sup.unwatch)
+        self.roll_call.open(address, self.sup)
         self.info = SchedulerInfo(
             address=address,
             dashboard_port=self.started["dashboard_port"],

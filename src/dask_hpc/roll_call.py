@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from . import roster
 from .errors import say
 from .plan import Plan
+from .supervisor import Supervisor
 
 # Rank 0 waits this much longer for the other ranks than each waits for its own workers before
 # killing them: a rank whose workers hang is then seen ending on its own (kill, exit 1) rather
@@ -29,16 +30,12 @@ class RollCall:
         self.roster: roster.Roster | None = None
         self.lost_reported = 0  # how many of the roster's lost ranks were reported
 
-    def open(
-        self,
-        address: str,
-        watch: Callable[[int, Callable[[], None]], None],
-        unwatch: Callable[[int], None],
-    ) -> None:
-        """Listen for the other ranks on the scheduler's host (``address``: the scheduler's)."""
+    def open(self, address: str, sup: Supervisor) -> None:
+        """Listen for the other ranks on the scheduler's host (``address``: the scheduler's),
+        their connections watched by this rank's loop (``sup``)."""
         if self.plan.rank.size > 1:
             host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-            self.roster = roster.Roster(host, watch, unwatch)
+            self.roster = roster.Roster(host, sup.watch_ready, sup.unwatch)
 
     def left_early(self) -> str | None:
         """Why the cluster cannot become ready, if a rank already exited."""
