@@ -15,7 +15,7 @@ import pytest
 from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
-from dask_hpc.plan import FDS_BASE
+from dask_hpc.scaling import FDS_BASE
 
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
 LIMITS = [
