@@ -24,7 +24,8 @@ from .banner import ready_message
 from .connection import SchedulerInfo, write_scheduler_file
 from .errors import StartupError, UsageError, say
 from .links import private_stream
-from .plan import SCHEDULER_FIX, Plan, ProcessSpec
+from .paths import SCHEDULER_FIX
+from .plan import Plan, ProcessSpec
 from .rank import Rank, exit_status, shell_code
 from .roll_call import RollCall
 

@@ -1,27 +1,26 @@
 """Turn the command line and the environment into a plan: what this rank starts, and how.
 
 Everything here is decided before anything starts, so bad input fails with nothing running,
-and ``--dry-run`` prints exactly what a real run would do.
+and ``--dry-run`` prints exactly what a real run would do. The parts it asks: ``paths`` (where
+the files go), ``network`` (addresses, ports, TLS), ``worker_kind`` (GPUs, worker class),
+``scaling`` (timeouts and limits for the cluster's size).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 from dask.utils import parse_bytes
 
-from . import binding, config, gpus, launchers, private, resources
+from . import binding, config, gpus, launchers, network, paths, private, resources, worker_kind
 from .errors import UsageError
 from .scaling import poll_max_interval, scale_needs
 from .sites import Site, detect_site, load_site
@@ -160,18 +159,6 @@ def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
     )
 
 
-def interface_address(name: str) -> str:
-    """The IPv4 address of network interface ``name``, or a UsageError listing the others."""
-    addrs = psutil.net_if_addrs()
-    for addr in addrs.get(name, []):
-        if addr.family == socket.AF_INET:
-            return addr.address
-    raise UsageError(
-        f"network interface {name!r} has no IPv4 address on this node",
-        f"use one of: {', '.join(sorted(addrs))}",
-    )
-
-
 def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
     if text is None:
         return node_memory // share
@@ -194,117 +181,13 @@ def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
     return limit
 
 
-def _usable_directory(path: Path, what: str, fix: str) -> Path:
-    """``path``, made if missing, where we can write and nobody else can replace our files."""
-    private.ensure_parent(path, what, fix)
-    if not os.access(path, os.W_OK | os.X_OK):  # also a read-only file system (EROFS)
-        raise UsageError(f"{what} {path} is not usable (not writable)", fix)
-    return path
-
-
-def _check_port_free(host: str, port: int, flag: str) -> None:
-    if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                raise UsageError(
-                    f"port {port} on {host or 'all interfaces'} is already in use",
-                    f"pass another {flag}, or 0 for a free one",
-                ) from None
-            raise UsageError(
-                f"cannot listen on {host}:{port} ({error.strerror})", f"pass another {flag}"
-            ) from None
-
-
-def _parse_dashboard(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise UsageError(
-            f"--dashboard-address {address!r} has no port",
-            "write it as HOST:PORT, e.g. 127.0.0.1:8787 (':0' for a free port)",
-        )
-    return host, int(port)
-
-
-def _cluster_paths(
-    args: argparse.Namespace, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
-) -> tuple[Path, Path]:
-    """(cluster directory, scheduler file) for this launch."""
-    if args.join:
-        file = Path(args.join).expanduser().absolute()
-        return file.parent, file
-    if args.scheduler_file:
-        file = Path(args.scheduler_file).expanduser().absolute()
-        return file.parent / f"{file.stem}.dask-hpc", file
-    base = config.get("scheduler-directory") or site.expand(site.scheduler_directory, env)
-    if not base:
-        base = str(Path.home() / ".dask-hpc")
-    directory = Path(base).expanduser().absolute() / f"dask-hpc-{rank.launch_id}"
-    return directory, directory / "scheduler.json"
-
-
-SCHEDULER_FIX = (
-    "pass --scheduler-file in a directory only you can write (by default ~/.dask-hpc is used)"
-)
-
-
-def _check_cluster_paths(cluster_dir: Path, scheduler_file: Path) -> None:
-    """Rank 0's directories: a scheduler directory where nobody else can replace our files, and
-    no cluster directory or scheduler file of another user's under our names."""
-    _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
-    private.refuse_foreign(cluster_dir, "cluster directory", SCHEDULER_FIX)
-    if scheduler_file.parent != cluster_dir:
-        private.refuse_foreign(scheduler_file, "scheduler file", SCHEDULER_FIX)
-
-
-def _security(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
-    """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
-    tls = bool(config.get("tls") if args.tls is None else args.tls)
-    if not tls:
-        notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
-    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
-    if tls and protocol != "tls":
-        raise UsageError(
-            f"--protocol {protocol} sends everything unencrypted while TLS is on",
-            "drop --protocol, or add --no-tls",
-        )
-    if not tls and protocol == "tls":
-        raise UsageError("--protocol tls needs TLS", "drop --no-tls")
-    return tls, protocol
-
-
-def _host_address(args: argparse.Namespace, site: Site, notes: list[str]) -> str | None:
-    """The IP to listen on: an explicit interface must exist, a site's default only if it does."""
-    if args.interface:
-        return interface_address(args.interface)
-    if site.network_interface:
-        if site.network_interface in psutil.net_if_addrs():
-            return interface_address(site.network_interface)
-        notes.append(
-            f"site interface {site.network_interface} is not on this node: using the default route"
-        )
-    return None
-
-
-LOCAL_FIX = "pass --local-directory with a directory only you can write, or a sticky one (/tmp)"
-
-
-def _local_base(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
-    """Where each rank makes its private local directory (``private_local_directory``)."""
-    text = args.local_directory or site.expand(site.local_directory, env) or tempfile.gettempdir()
-    return _usable_directory(Path(text).expanduser().absolute(), "local directory", LOCAL_FIX)
-
-
 def private_local_directory(plan: Plan) -> Path:
     """This rank's own local directory, new (``mkdtemp``, 0700) in the plan's base: its workers'
     and its scheduler's scratch space. A fixed name there (``dask-scratch-space``, as Dask's
     default, or one per user) is one another user of the node can make first; Dask puts it on
     the workers' ``sys.path``."""
     path = private.private_temporary_directory(
-        plan.local_base, "dask-hpc-", "local directory", LOCAL_FIX
+        plan.local_base, "dask-hpc-", "local directory", paths.LOCAL_FIX
     )
     for spec in plan.processes:
         if spec.role == "worker":
@@ -312,68 +195,6 @@ def private_local_directory(plan: Plan) -> Path:
         else:  # Dask's scheduler takes its work directory from this setting
             spec.env["DASK_TEMPORARY_DIRECTORY"] = str(path)
     return path
-
-
-def _gpu_node(
-    env: Mapping[str, str],
-    site: Site,
-    wpn: int,
-    workers_here: int,
-    gpu_root: Path,
-    notes: list[str],
-) -> gpus.GpuNode:
-    """The node's GPUs, checked to hold one device per worker."""
-    node = gpus.gpu_node(env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root)
-    capacity = len(node.devices)
-    keeps_launcher_device = node.narrowed and capacity == 1 and workers_here == 1
-    if wpn > capacity and not keeps_launcher_device:
-        unit = "tiles" if node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
-        raise UsageError(
-            f"{wpn} gpu workers per node need {wpn} {node.vendor.name} devices, "
-            f"but this node has {capacity} {unit} ({node.source})",
-            node.capacity_hint(),
-        )
-    notes.append(f"{node.vendor.runtime} devices from the {node.source}: {','.join(node.devices)}")
-    return node
-
-
-def _worker_class(
-    args: argparse.Namespace, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
-) -> str:
-    cuda_flags = [
-        flag
-        for flag, value in (
-            ("--device-memory-limit", args.device_memory_limit),
-            ("--rmm-pool-size", args.rmm_pool_size),
-            ("--enable-cudf-spill", args.enable_cudf_spill),
-        )
-        if value
-    ]
-    nvidia = gpu_node is not None and gpu_node.vendor.name == "nvidia"
-    if cuda_flags and not (nvidia and _has_dask_cuda()):
-        raise UsageError(
-            f"{cuda_flags[0]} is a dask-cuda option, for gpu workers on NVIDIA GPUs",
-            "drop it, or run gpu workers with dask-cuda installed (pip install 'dask-hpc[cuda]')",
-        )
-    if not nvidia:
-        return "distributed.Worker"
-    if not _has_dask_cuda():
-        notes.append(
-            "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
-            "(pip install 'dask-hpc[cuda]')"
-        )
-        return "distributed.Worker"
-    if not nanny:
-        raise UsageError(
-            "dask-cuda workers always run under a Nanny (as `dask cuda worker` does)",
-            "drop --no-nanny",
-        )
-    if args.rmm_pool_size and not _importable("rmm"):
-        raise UsageError(
-            "--rmm-pool-size needs RMM, which is not installed here",
-            "install rmm (pip install rmm-cu12, or the site image), or drop --rmm-pool-size",
-        )
-    return "dask_cuda"
 
 
 def _scheduler_spec(
@@ -387,11 +208,11 @@ def _scheduler_spec(
         raise UsageError(
             f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
         )
-    _check_port_free(host or "", port, "--scheduler-port")
+    network.check_port_free(host or "", port, "--scheduler-port")
     dashboard = args.dashboard_address or config.get("dashboard-address")
-    dash_host, dash_port = _parse_dashboard(dashboard)
+    dash_host, dash_port = network.parse_dashboard(dashboard)
     if args.dashboard_address:
-        _check_port_free(dash_host, dash_port, "--dashboard-address")
+        network.check_port_free(dash_host, dash_port, "--dashboard-address")
     options = {"host": host, "port": port, "protocol": protocol, "dashboard_address": dashboard}
     return ProcessSpec("scheduler", "scheduler", options)
 
@@ -442,11 +263,11 @@ def make_plan(
             f"--join {args.join}: no such scheduler file",
             "give the scheduler file of a running cluster",
         )
-    tls, protocol = _security(args, notes)
-    host_ip = _host_address(args, site, notes)
-    cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
+    tls, protocol = network.tls_and_protocol(args, notes)
+    host_ip = network.host_address(args, site, notes)
+    cluster_dir, scheduler_file = paths.cluster_paths(args, site, rank, env)
     if rank.is_first and not args.join:
-        _check_cluster_paths(cluster_dir, scheduler_file)
+        paths.check_cluster_paths(cluster_dir, scheduler_file)
     _check_command(args, rank)
 
     # What every worker of this rank shares.
@@ -466,7 +287,7 @@ def make_plan(
         )
     gpu_node = None
     if args.worker_type == "gpu":
-        gpu_node = _gpu_node(env, site, wpn, workers_here, gpu_root, notes)
+        gpu_node = worker_kind.gpu_node(env, site, wpn, workers_here, gpu_root, notes)
     nanny = bool(config.get("nanny") if args.nanny is None else args.nanny)
     options = {
         "scheduler_file": str(scheduler_file),
@@ -478,7 +299,7 @@ def make_plan(
         "host": host_ip,
         "protocol": protocol,
         "nanny": nanny,
-        "worker_class": _worker_class(args, gpu_node, nanny, notes),
+        "worker_class": worker_kind.worker_class(args, gpu_node, nanny, notes),
         "keep_cpus": cpus.keep,  # the launcher's CPU binding wins over dask-cuda's NVML guess
     }
     if options["worker_class"] == "dask_cuda":
@@ -513,7 +334,7 @@ def make_plan(
         total_workers=total,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
-        local_base=_local_base(args, site, env),
+        local_base=paths.local_base(args, site, env),
         tls=tls,
         protocol=protocol,
         timeout=args.timeout or scale.timeout,
@@ -533,13 +354,3 @@ def make_plan(
         exit_status_file=config.get("exit-status-file") or None,
         widen_cpus=cpus.cpus if cpus.widen else None,
     )
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
-def _has_dask_cuda() -> bool:
-    return _importable("dask_cuda")

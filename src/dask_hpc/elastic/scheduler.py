@@ -24,7 +24,7 @@ from distributed.utils import get_ip
 from .. import dashboard
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
-from ..plan import interface_address
+from ..network import interface_address
 from ..security import TlsFiles
 from . import targets
 
