@@ -8,7 +8,8 @@ They write Markdown (MyST), which the page they sit in parses: every page here i
 - ``hpc-config``: the ``hpc.*`` dask config keys, their defaults and comments (``hpc.yaml``).
 - ``launcher-table``: the launchers start-cluster recognizes (``dask_hpc.launchers``).
 - ``site-table``: the site profiles (``src/dask_hpc/sites/*.yaml``).
-- ``module-map``: the modules of ``src/dask_hpc`` with the first paragraph of their docstrings.
+- ``module-map``: the modules of ``src/dask_hpc`` (or of the subpackage it names, e.g.
+  ``elastic``) with the first paragraph of their docstrings.
 """
 
 from __future__ import annotations
@@ -214,8 +215,11 @@ def module_rows(package: Path) -> list[list[str]]:
 
 
 class ModuleMap(_Generated):
+    optional_arguments = 1  # a subpackage: its modules instead of the package's
+
     def lines(self) -> list[str]:
-        return _table(["module", "what it owns", "uses"], module_rows(SRC))
+        package = SRC / self.arguments[0] if self.arguments else SRC
+        return _table(["module", "what it owns", "uses"], module_rows(package))
 
 
 def setup(app):  # type: ignore[no-untyped-def]

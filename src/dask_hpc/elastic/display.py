@@ -19,15 +19,13 @@ HUB_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"  # through jupyter-s
 class Display:
     """Mixed into HPCCluster, before Dask's Cluster (whose repr it extends)."""
 
+    # What it reads of the cluster. Also its site, batch_system, scheduler, jobs and quiet, not
+    # annotated here: autodoc gives a class annotation's type to the constructor's argument of
+    # the same name (the API page said ``site (Any)``, ``jobs (dict[str, Any])``).
     info: Any
-    scheduler: Any
     pools: dict[str, Any]
-    jobs: dict[str, Any]
-    batch_system: str
-    site: Any
     scheduler_mode: str
     cluster_id: str
-    quiet: bool
     _cluster_manager_logs: Any
 
     def _say(self, message: str) -> None:

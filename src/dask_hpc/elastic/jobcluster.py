@@ -28,7 +28,6 @@ import time
 import weakref
 from collections import deque
 from contextlib import suppress
-from pathlib import Path
 from typing import Any
 
 from dask.utils import parse_timedelta
@@ -55,7 +54,6 @@ class JobCluster(Display, Cluster):
     # Settings, made by HPCCluster._settle before _begin
     cluster_id: str
     pools: dict[str, Pool]
-    directory: Path
     _batch: BatchClient
 
     def _begin(
