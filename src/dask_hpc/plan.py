@@ -23,6 +23,7 @@ import psutil
 from dask.utils import parse_bytes, parse_timedelta
 
 from . import binding, config, gpus, launchers, private, resources
+from .connection import read_scheduler_file
 from .errors import UsageError
 from .sites import Site, detect_site, load_site
 
@@ -251,10 +252,14 @@ SCHEDULER_FIX = (
 )
 
 
-def _check_cluster_paths(cluster_dir: Path, scheduler_file: Path) -> None:
-    """Rank 0's directories: a scheduler directory where nobody else can replace our files, and
-    no cluster directory or scheduler file of another user's under our names."""
-    _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
+def _check_cluster_paths(cluster_dir: Path, scheduler_file: Path, first: bool) -> None:
+    """A scheduler directory where nobody else can replace our files (made by rank 0), and no
+    cluster directory or scheduler file of another user's under our names: every rank says so
+    at once (rather than wait for a scheduler file that rank 0 refused to write)."""
+    if first:
+        _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
+    elif cluster_dir.parent.exists():
+        private.check_parent(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
     private.refuse_foreign(cluster_dir, "cluster directory", SCHEDULER_FIX)
     if scheduler_file.parent != cluster_dir:
         private.refuse_foreign(scheduler_file, "scheduler file", SCHEDULER_FIX)
@@ -437,16 +442,16 @@ def make_plan(
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
-    if args.join and not Path(args.join).expanduser().is_file():
-        raise UsageError(
+    if args.join and read_scheduler_file(Path(args.join).expanduser()) is None:
+        raise UsageError(  # another user's file is refused there (UnsafePath)
             f"--join {args.join}: no such scheduler file",
             "give the scheduler file of a running cluster",
         )
     tls, protocol = _security(args, notes)
     host_ip = _host_address(args, site, notes)
     cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
-    if rank.is_first and not args.join:
-        _check_cluster_paths(cluster_dir, scheduler_file)
+    if not args.join:
+        _check_cluster_paths(cluster_dir, scheduler_file, rank.is_first)
     _check_command(args, rank)
 
     # What every worker of this rank shares.
