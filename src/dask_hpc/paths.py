@@ -48,10 +48,14 @@ def cluster_paths(
     return directory, directory / "scheduler.json"
 
 
-def check_cluster_paths(cluster_dir: Path, scheduler_file: Path) -> None:
-    """Rank 0's directories: a scheduler directory where nobody else can replace our files, and
-    no cluster directory or scheduler file of another user's under our names."""
-    _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
+def check_cluster_paths(cluster_dir: Path, scheduler_file: Path, first: bool) -> None:
+    """A scheduler directory where nobody else can replace our files (made by rank 0), and no
+    cluster directory or scheduler file of another user's under our names: every rank says so
+    at once (rather than wait for a scheduler file that rank 0 refused to write)."""
+    if first:
+        _usable_directory(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
+    elif cluster_dir.parent.exists():
+        private.check_parent(cluster_dir.parent, "scheduler directory", SCHEDULER_FIX)
     private.refuse_foreign(cluster_dir, "cluster directory", SCHEDULER_FIX)
     if scheduler_file.parent != cluster_dir:
         private.refuse_foreign(scheduler_file, "scheduler file", SCHEDULER_FIX)

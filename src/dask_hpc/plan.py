@@ -21,6 +21,7 @@ from typing import Any
 from dask.utils import parse_bytes
 
 from . import binding, config, gpus, launchers, network, paths, private, resources, worker_kind
+from .connection import read_scheduler_file
 from .errors import UsageError
 from .scaling import poll_max_interval, scale_needs
 from .sites import Site, detect_site, load_site
@@ -258,16 +259,16 @@ def make_plan(
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
-    if args.join and not Path(args.join).expanduser().is_file():
-        raise UsageError(
+    if args.join and read_scheduler_file(Path(args.join).expanduser()) is None:
+        raise UsageError(  # another user's file is refused there (UnsafePath)
             f"--join {args.join}: no such scheduler file",
             "give the scheduler file of a running cluster",
         )
     tls, protocol = network.tls_and_protocol(args, notes)
     host_ip = network.host_address(args, site, notes)
     cluster_dir, scheduler_file = paths.cluster_paths(args, site, rank, env)
-    if rank.is_first and not args.join:
-        paths.check_cluster_paths(cluster_dir, scheduler_file)
+    if not args.join:
+        paths.check_cluster_paths(cluster_dir, scheduler_file, rank.is_first)
     _check_command(args, rank)
 
     # What every worker of this rank shares.

@@ -10,7 +10,7 @@ sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(marker) else 1)';
   echo "tests/setup/install.sh: $(command -v python3) is the distribution's own Python, which pip may not change: run with a Python of your own on PATH (a virtual environment, or pyenv as in CI)" >&2
   exit 2
 fi
-for part in packages python dpnp oldest_dask slurm apptainer ansible; do
+for part in packages users python dpnp oldest_dask slurm apptainer ansible; do
   if [ -f "$here/$part.sh" ]; then
     echo "== tests/setup/$part.sh"
     bash "$here/$part.sh"

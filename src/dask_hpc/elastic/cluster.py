@@ -28,6 +28,7 @@ from typing import Any
 
 from .. import config, security
 from ..batch import commands, script
+from ..connection import read_scheduler_file
 from ..errors import UsageError
 from ..sites import Site, detect_site, load_site
 from . import naming, placement, sizing, state
@@ -123,6 +124,7 @@ class HPCCluster(JobCluster):
         """Take over a cluster whose manager died (a login node's killer; its scheduler lives
         on in a job of its own, ``scheduler="job"``): its jobs, pools and sizes, from the
         scheduler file it printed. A cluster another process still runs is refused."""
+        read_scheduler_file(Path(scheduler_file).expanduser())  # another user's: UnsafePath
         directory = Path(scheduler_file).expanduser().resolve().parent
         saved = state.load(directory)
         self = cls.__new__(cls)
