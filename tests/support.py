@@ -30,6 +30,15 @@ def probe_result(stdout: str) -> dict[str, Any]:
     raise AssertionError(f"no PROBE line in output:\n{stdout}")
 
 
+def placeholder_scheduler_file(path: Path) -> Path:
+    """A scheduler file as rank 0 writes it (the owner's, no TLS), naming no live scheduler:
+    what ``--join ... --dry-run`` accepts."""
+    from dask_hpc.connection import SchedulerInfo, write_scheduler_file
+
+    write_scheduler_file(path, SchedulerInfo("tcp://127.0.0.1:9", None, "nowhere", "none", None))
+    return path
+
+
 def printed_scheduler_file(stderr: str) -> Path:
     """The scheduler file the ready block names."""
     match = re.search(r"^  scheduler file  (\S+)$", stderr, re.MULTILINE)

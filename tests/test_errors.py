@@ -105,6 +105,13 @@ def test_unusable_scheduler_directory(run_cmd, cluster_env, tmp_path: Path) -> N
     assert_one_line_error(result, "scheduler directory", "is not usable", "--scheduler-file")
 
 
+def test_join_of_a_file_that_is_no_scheduler_file(run_cmd, cluster_env, tmp_path: Path) -> None:
+    not_one = tmp_path / "notes.json"
+    not_one.write_text("{}")
+    result = run_cmd([*start_cluster(), "cpu", "1", "--join", str(not_one)], env=cluster_env)
+    assert_one_line_error(result, str(not_one), "not a usable scheduler file", "running cluster")
+
+
 def test_cluster_directory_that_cannot_be_made_after_the_scheduler_forked(
     run_cmd, cluster_env, tmp_path: Path
 ) -> None:

@@ -243,6 +243,17 @@ def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
         )
 
 
+def _check_join(path: Path) -> None:
+    """``--join``'s file: a running cluster's scheduler file, and the user's own (another
+    user's is an ``UnsafePath``, from ``read_scheduler_file``)."""
+    if read_scheduler_file(path) is None:
+        what = "not a usable scheduler file (unreadable, not one, or its certificates gone)"
+        raise UsageError(
+            f"--join {path}: {what if path.exists() else 'no such scheduler file'}",
+            "give the scheduler file of a running cluster",
+        )
+
+
 def make_plan(
     args: argparse.Namespace,
     env: Mapping[str, str] | None = None,
@@ -259,11 +270,8 @@ def make_plan(
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
-    if args.join and read_scheduler_file(Path(args.join).expanduser()) is None:
-        raise UsageError(  # another user's file is refused there (UnsafePath)
-            f"--join {args.join}: no such scheduler file",
-            "give the scheduler file of a running cluster",
-        )
+    if args.join:
+        _check_join(Path(args.join).expanduser())
     tls, protocol = network.tls_and_protocol(args, notes)
     host_ip = network.host_address(args, site, notes)
     cluster_dir, scheduler_file = paths.cluster_paths(args, site, rank, env)

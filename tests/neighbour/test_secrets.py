@@ -79,13 +79,14 @@ def test_slurm_makes_output_files_with_the_umask_and_they_hold_no_token(
     copy = tmp_path / "copy.json"
     scheduler_file = sticky / "batch.json"
     script = "#!/bin/sh\n" + " ".join([
-        *start_cluster(), "cpu", "1", *QUIET, "--scheduler-file", str(scheduler_file),
+        "srun", *start_cluster(), "cpu", "1", *QUIET, "--scheduler-file", str(scheduler_file),
         "--", sys.executable, "-c", f"'{COPY}'", str(scheduler_file), str(copy)]) + "\n"
     env = {**owner_env, **slurm_cluster.env}
     old = os.umask(0o022)  # sbatch hands its umask to the job (SLURM_UMASK)
     try:
-        job = slurm_cluster.sbatch(script, ["-N", "1", "-o", str(sticky / "slurm-%j.out")],
-                                   env=env)
+        job = slurm_cluster.sbatch(
+            script, ["-N", "1", "-n", "1", "-o", str(sticky / "slurm-%j.out")], env=env
+        )
     finally:
         os.umask(old)
     state, code = slurm_cluster.wait_job(job, timeout=120)
