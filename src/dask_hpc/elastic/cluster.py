@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import config, security
+from .. import config, private, security
 from ..batch import commands, script
 from ..connection import read_scheduler_file
 from ..errors import UsageError
@@ -38,6 +38,9 @@ from .pools import Pool, make_pool
 from .scheduler import SCHEDULER_FILE, listen_host, security_for
 
 SCHEDULERS = ("local", "job")
+
+
+DIRECTORY_FIX = "pass directory= naming a directory only you can write, which the nodes share"
 
 
 class HPCCluster(JobCluster):
@@ -218,9 +221,12 @@ class HPCCluster(JobCluster):
         script.parse_walltime(self._scheduler_walltime)
         self.directory = existing[1] if existing else self._cluster_directory(directory)
         self.scheduler_file = self.directory / SCHEDULER_FILE
-        self.log_directory = Path(log_directory or config.get("cluster.log-directory") or "")
-        if not str(log_directory or config.get("cluster.log-directory") or ""):
-            self.log_directory = self.directory / "logs"
+        logs = log_directory or config.get("cluster.log-directory")
+        self.log_directory = Path(logs).expanduser().absolute() if logs else self.directory / "logs"
+        if logs:  # the jobs' output files: a directory of the user's, nobody else can write
+            fix = "pass log_directory= naming a directory only you can write"
+            private.ensure_parent(self.log_directory.parent, "log directory's parent", fix)
+            private.own_directory(self.log_directory, "log directory", fix, private=False)
         self.poll_interval = float(config.get("cluster.poll-interval"))
         self.start_timeout = float(config.get("cluster.start-timeout"))
         self.end_grace = float(config.get("cluster.end-grace"))
@@ -265,13 +271,7 @@ class HPCCluster(JobCluster):
         base = asked or config.get("scheduler-directory")
         base = base or self.site.expand(self.site.scheduler_directory, os.environ)
         base = Path(base or Path.home() / ".dask-hpc").expanduser().absolute()
-        try:
-            base.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as error:
-            raise UsageError(
-                f"cannot use {base} for the cluster's files ({error.strerror})",
-                "pass directory= on a file system the compute nodes share",
-            ) from None
+        private.ensure_parent(base, "directory for the cluster's files", DIRECTORY_FIX)
         return base / f"dask-hpc-{self.cluster_id}"
 
     def add_pool(
@@ -330,11 +330,10 @@ class HPCCluster(JobCluster):
 
     async def _create(self) -> None:
         """A new cluster: its directory, lock, certificates and scheduler."""
-        self.directory.mkdir(mode=0o700)
+        private.own_directory(self.directory, "cluster directory", DIRECTORY_FIX)
         self._lock_fd = state.take_lock(self.directory)
         for sub in ("jobs", "logs"):
-            (self.directory / sub).mkdir(mode=0o700)
-        self.log_directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            (self.directory / sub).mkdir(mode=0o700)  # in a directory of ours alone
         files = security.create(self.directory, self.cluster_id)
         self.security = security_for(files)
         await placement.start_scheduler(self, files)
