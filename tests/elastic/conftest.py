@@ -1,8 +1,9 @@
 """Fixtures of the elastic-cluster tests: a Slurm of their own, and HPCClusters that always close.
 
 The HPCCluster runs in the test's process (as in a notebook); its jobs go to a real Slurm with
-three emulated nodes of 16 CPUs and a ``short`` partition (MaxTime 1 minute) whose limit a
-longer walltime breaks. The plugin checks that Slurm for jobs left after every test, as it
+three emulated nodes of 16 CPUs and 2 GPUs (GRES, EMULATED devices: a job that asks for them gets
+``CUDA_VISIBLE_DEVICES`` from Slurm, as on DeepOps) and a ``short`` partition (MaxTime 1 minute)
+whose limit a longer walltime breaks. The plugin checks that Slurm for jobs left after every test, as it
 checks the session's, and the jobs' processes carry the test's tag (sbatch exports it).
 """
 
@@ -21,13 +22,15 @@ from harness.slurm import SlurmCluster
 
 from dask_hpc import HPCCluster
 
-NODES, CPUS = 3, 16
+NODES, CPUS, GPUS = 3, 16, 2
 
 
 @pytest.fixture(scope="session")
 def elastic_slurm() -> Iterator[SlurmCluster]:
     base = Path(tempfile.mkdtemp(prefix="dask-hpc-elastic-slurm-"))
-    cluster = SlurmCluster(base, nodes=NODES, cpus=CPUS, partitions={"short": "MaxTime=1"})
+    cluster = SlurmCluster(
+        base, nodes=NODES, cpus=CPUS, gpus=GPUS, partitions={"short": "MaxTime=1"}
+    )
     cluster.start()
     watch_slurm_jobs(cluster)
     try:
