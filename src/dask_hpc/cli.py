@@ -46,6 +46,20 @@ def positive_float(text: str) -> float:
     return value
 
 
+def resource_spec(text: str) -> dict[str, float]:
+    """``GPU=2,ssdGB=200``: what each worker offers tasks (``dask worker --resources``)."""
+    spec = {}
+    for item in text.replace(" ", ",").split(","):
+        name, eq, amount = item.partition("=")
+        try:
+            spec[name] = float(amount)
+        except ValueError:
+            eq = ""
+        if item and (not eq or not name):
+            raise argparse.ArgumentTypeError(f"{text!r} is not NAME=AMOUNT[,NAME=AMOUNT...]")
+    return spec
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(
         prog="start-cluster",
@@ -115,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-limit",
         help="memory per worker, e.g. 16GB or 0.5 (of the node); default: the node's memory / "
         "workers per node",
+    )
+    res.add_argument(
+        "--resources",
+        type=resource_spec,
+        help="what each worker offers tasks, e.g. GPU=2,ssdGB=200 (as dask worker's; gpu "
+        "workers have GPU=1 unless it says otherwise)",
     )
     res.add_argument(
         "--local-directory", help="writable node-local directory for workers (default: the site's)"

@@ -444,7 +444,7 @@ def make_plan(
         "scheduler_file": str(scheduler_file),
         "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
-        "resources": {"GPU": 1} if gpu_node else None,
+        "resources": {**({"GPU": 1} if gpu_node else {}), **(args.resources or {})} or None,
         "local_directory": str(_local_directory(args, site, env)),
         "death_timeout": args.death_timeout or scale.start_timeout,
         "host": host_ip,

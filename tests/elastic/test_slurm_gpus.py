@@ -1,7 +1,7 @@
 """DeepOps GPU jobs see their GPUs: the job script asks Slurm for them (``--gres=gpu:N``, the
 count read from ``sinfo``), and a job that does not ask gets none and stops in one line.
 
-On the elastic tests' Slurm, whose nodes have 2 EMULATED GRES GPUs each (16 CPUs): Slurm hands
+On the elastic tests' Slurm, whose nodes have 2 EMULATED GRES GPUs each (32 CPUs): Slurm hands
 the job's tasks ``CUDA_VISIBLE_DEVICES`` only when the job asked, as DeepOps' ``Gres=gpu:N``
 with ``ConstrainDevices=yes`` does (there the devices themselves are hidden too).
 """
@@ -26,15 +26,15 @@ def invoke_job(run_cmd, env: dict[str, str], *args: str) -> str:
 
 
 def test_the_script_asks_slurm_how_many_gpus_a_node_has(run_cmd, shell_env) -> None:
-    """`hpc-cluster script gpu --site deepops`: sinfo says 2 GPUs and 16 CPUs per node."""
+    """`hpc-cluster script gpu --site deepops`: sinfo says 2 GPUs and 32 CPUs per node."""
     argv = [sys.executable, "-m", "dask_hpc.elastic", "script", "gpu", "--site", "deepops"]
     result = run_cmd(argv, env=shell_env, timeout=120)
     assert result.returncode == 0, result.stderr
     text = result.stdout
-    assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=8\n#SBATCH --gres=gpu:2\n" in text
-    assert "--cpus-per-task=8 --no-kill" in text and " gpu 2 --join " in text
+    assert "#SBATCH --ntasks-per-node=2\n#SBATCH --cpus-per-task=16\n#SBATCH --gres=gpu:2\n" in text
+    assert "--cpus-per-task=16 --no-kill" in text and " gpu 2 --join " in text
     one = run_cmd([*argv, "--workers-per-node", "1"], env=shell_env, timeout=120)
-    assert "--cpus-per-task=8\n#SBATCH --gres=gpu:1\n" in one.stdout, one.stderr
+    assert "--cpus-per-task=16\n#SBATCH --gres=gpu:1\n" in one.stdout, one.stderr
     three = run_cmd([*argv, "--workers-per-node", "3"], env=shell_env, timeout=120)
     assert three.returncode == 2 and three.stdout == ""
     assert three.stderr.strip() == (
@@ -49,7 +49,7 @@ def test_a_deepops_gpu_job_gets_one_gpu_per_worker_and_without_gres_none(
 ) -> None:
     env = {**cluster_env, **elastic_slurm.env}
     script = invoke_job(run_cmd, env, "--walltime", "5")
-    assert "#SBATCH --gres=gpu:2\n" in script and "--cpus-per-task=8" in script
+    assert "#SBATCH --gres=gpu:2\n" in script and "--cpus-per-task=16" in script
     job = elastic_slurm.sbatch(script, env=env, cwd=tmp_path)
     state, code = elastic_slurm.wait_job(job, timeout=240)
     output = elastic_slurm.job_output(job)

@@ -102,9 +102,11 @@ class SlurmCluster:
         partitions: Mapping[str, str] | None = None,
         slurmd_timeout: int = 30,
         gpus: int = 0,
+        memory_mb: int = 1024,
     ) -> None:
         self.root = Path(workdir).resolve()
         self.gpus = gpus
+        self.memory_mb = memory_mb  # RealMemory: what --mem may ask (memory is not consumed)
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.cpus = cpus
         self.partition = partition
@@ -140,7 +142,7 @@ class SlurmCluster:
         node_lines = "\n".join(
             f"NodeName={n} NodeHostname={n} NodeAddr=127.0.0.1 Port={p} CPUs={self.cpus} "
             f"Boards=1 SocketsPerBoard=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 "
-            f"RealMemory=1024{gres} State=UNKNOWN"
+            f"RealMemory={self.memory_mb}{gres} State=UNKNOWN"
             for n, p in zip(self.nodes, node_ports, strict=True)
         )
         extra = self.extra_conf

@@ -66,7 +66,7 @@ class Shape:
         }
 
 
-def _option(args: Sequence[str], name: str) -> str | None:
+def option_value(args: Sequence[str], name: str) -> str | None:
     """The value of ``--name V`` or ``--name=V`` in ``args`` (the last one given)."""
     value = None
     for i, arg in enumerate(args):
@@ -98,7 +98,7 @@ def worker_settings(
 ) -> tuple[int | None, int | None, list[str]]:
     """(CPUs, memory in bytes, options to add) per worker: the settings and the workers'
     own ``--nthreads``/``--memory-limit`` agree, and each implies the other."""
-    nthreads = _option(args, "--nthreads")
+    nthreads = option_value(args, "--nthreads")
     if nthreads is not None and not nthreads.isdigit():
         raise UsageError(f"--nthreads {nthreads!r} is not a whole number")
     added: list[str] = []
@@ -111,7 +111,7 @@ def worker_settings(
         cpus = int(nthreads)
     elif cpus is not None and nthreads is None:
         added += ["--nthreads", str(cpus)]
-    limit = _option(args, "--memory-limit")
+    limit = option_value(args, "--memory-limit")
     wanted = memory_bytes(memory, "memory per worker")
     given = memory_bytes(limit, "--memory-limit")
     if wanted is not None and limit is not None and given != wanted:

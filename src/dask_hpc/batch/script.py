@@ -73,7 +73,7 @@ class JobRequest:
     verify_image: bool = True  # False: the explicit opt-out of the image check (issue 21)
     gpus_per_node: int | None = None  # default: one per gpu worker (batch.requests)
     cpus_per_worker: int | None = None  # default: the node's CPUs shared out (batch.requests)
-    memory_per_worker: str | None = None  # default: not asked (the batch system's default)
+    memory_per_worker: str | int | None = None  # default: not asked (the batch system's default)
 
 
 def parse_walltime(text: str) -> int:

@@ -66,8 +66,12 @@ class Pool:
 
     @property
     def resources(self) -> dict[str, float]:
-        """What each of its workers offers tasks (start-cluster gives gpu workers GPU=1)."""
-        return {"GPU": 1} if self.kind == "gpu" else {}
+        """What each of its workers offers tasks (start-cluster gives gpu workers GPU=1, and
+        what its ``--resources`` says)."""
+        from ..cli import resource_spec
+
+        given = requests.option_value(self.worker_args, "--resources")
+        return {**({"GPU": 1} if self.kind == "gpu" else {}), **resource_spec(given or "")}
 
     def lifetime(self) -> tuple[float, float]:
         """(duration, stagger) of Dask's worker lifetime: every worker retires within
@@ -153,7 +157,7 @@ def make_pool(
     worker_args: Sequence[str] | str | None = None,
     lifetime_margin: float | None = None,
     cpus_per_worker: int | None = None,
-    memory_per_worker: str | None = None,
+    memory_per_worker: str | int | None = None,
     gpus_per_node: int | None = None,
     batch_system: str | None = None,
 ) -> Pool:
