@@ -20,8 +20,8 @@ COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM
 
 examples:
   start-cluster cpu 2 -- python examples/pi.py
-  mpiexec -n 12 --ppn 6 start-cluster gpu 6 -- python job.py     # Aurora, 2 nodes
-  srun -N 2 --ntasks-per-node 1 start-cluster gpu 4               # one rank per node
+  mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth start-cluster gpu 6 --site aurora
+  srun -N 2 --ntasks-per-node 1 -c 32 --gres=gpu:4 start-cluster gpu 4   # a rank per node
 """
 
 

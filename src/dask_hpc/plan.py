@@ -325,14 +325,15 @@ def _worker_class(
     if cuda_flags and not (nvidia and _has_dask_cuda()):
         raise UsageError(
             f"{cuda_flags[0]} is a dask-cuda option, for gpu workers on NVIDIA GPUs",
-            "drop it, or run gpu workers with dask-cuda installed (pip install 'dask-hpc[cuda]')",
+            "drop it, or run gpu workers with dask-cuda installed "
+            "(pip install '.[cuda]' in dask-hpc's checkout)",
         )
     if not nvidia:
         return "distributed.Worker"
     if not _has_dask_cuda():
         notes.append(
             "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
-            "(pip install 'dask-hpc[cuda]')"
+            "(pip install '.[cuda]' in dask-hpc's checkout)"
         )
         return "distributed.Worker"
     if not nanny:
@@ -389,7 +390,8 @@ def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
         )
     if args.jupyter and shutil.which("jupyter") is None:
         raise UsageError(
-            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
+            "--jupyter needs JupyterLab, which is not installed",
+            "pip install '.[jupyter]' in dask-hpc's checkout",
         )
 
 

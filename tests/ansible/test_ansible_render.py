@@ -93,6 +93,52 @@ def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
     assert "dask-hpc" in result.stderr  # names the group that may read images
 
 
+def test_python_provider_puts_hpc_cluster_beside_start_cluster(tmp: Path) -> None:
+    """hpc-cluster (HPCCluster's command) from the role's virtual environment, on PATH through
+    the Lmod module too; the image provider has none (its jobs need the host's sbatch)."""
+    prefix = render(tmp, dask_hpc_provider="python", _dask_hpc_gpu_vendor="none")
+    wrapper = prefix / "bin/hpc-cluster"
+    assert wrapper.stat().st_mode & 0o777 == 0o755
+    lines = wrapper.read_text().splitlines()
+    assert lines[-1] == f'exec {prefix}/venv/bin/hpc-cluster "$@"'
+    assert subprocess.run(["sh", "-n", str(wrapper)], check=False).returncode == 0
+    module = (tmp / "modulefiles/dask-hpc/0.1.0.lua").read_text()
+    assert "hpc-cluster (and HPCCluster in Python)" in module
+    other = Path(tempfile.mkdtemp(prefix="render-", dir=CACHE))
+    try:
+        assert not (render(other, _dask_hpc_gpu_vendor="none") / "bin/hpc-cluster").exists()
+    finally:
+        subprocess.run(["rm", "-rf", "--one-file-system", str(other)], check=False)
+
+
+@pytest.mark.parametrize(
+    "counts, written",
+    [((8, 256), ["  node-gpus: 8", "  node-cpus: 256"]), ((0, 64), [])],
+    ids=["gpu-nodes", "no-gpus"],
+)
+def test_dask_config_carries_the_gpu_nodes_counts(tmp: Path, counts, written) -> None:
+    """hpc.node-gpus/-cpus from the nodes' counts (the role's facts), for invoke job and
+    HPCCluster on the login node; none where no node has GPUs (Slurm is asked then)."""
+    require_setup()
+    target = tmp / "etc/dask/dask-hpc.yaml"
+    extra = {
+        "_dask_hpc_dask_config_file": str(target),
+        "_dask_hpc_node_gpus": counts[0],
+        "_dask_hpc_node_cpus": counts[1],
+        "dask_hpc_shared_dir": "/sw/dask-hpc",
+        "ansible_python_interpreter": sys.executable,
+    }
+    (tmp / "vars.json").write_text(json.dumps(extra))
+    inventory = tmp / "hosts.ini"
+    inventory.write_text("localhost ansible_connection=local\n")
+    play = Path(__file__).with_name("render_dask_config.yml")
+    run = run_playbook(tmp, inventory, "-e", f"@{tmp / 'vars.json'}", playbook=play)
+    assert run.returncode == 0, run.describe()
+    lines = target.read_text().splitlines()
+    assert [line for line in lines if "node-" in line] == written
+    assert '  scheduler-directory: "/sw/dask-hpc"' in lines
+
+
 @pytest.mark.slurm
 def test_deepops_launch_script_runs_a_cluster_over_a_slurm_allocation(
     tmp: Path, slurm_cluster, cluster_env: dict[str, str]
