@@ -76,7 +76,8 @@ def test_deepops_gpu_count_unknown_is_one_line_naming_the_fix(monkeypatch) -> No
     text = str(error.value)
     assert "\n" not in text
     assert "how many GPUs and CPUs a deepops node has is not known (sinfo not found" in text
-    assert "give --gpus-per-node and --cpus-per-worker, or set hpc.node-gpus" in text
+    assert "give --gpus-per-node and --cpus-per-worker (gpus_per_node=, cpus_per_worker=), " \
+        "or set hpc.node-gpus" in text
 
 
 def test_more_gpus_than_a_node_has_is_refused() -> None:
@@ -101,6 +102,8 @@ def test_settings_that_disagree_with_the_worker_args_are_refused() -> None:
     with pytest.raises(UsageError, match="--memory-limit says 1GB"):
         script("generic", batch_system="pbs", memory_per_worker="2GB",
                cluster_args=["--memory-limit", "1GB"])
+    with pytest.raises(UsageError, match="--nthreads '0' is not a positive integer"):
+        script("generic", batch_system="slurm", cluster_args=["--nthreads", "0"])
     with pytest.raises(UsageError, match="'lots' is not a memory size"):
         script("generic", batch_system="pbs", memory_per_worker="lots")
 

@@ -99,8 +99,8 @@ def worker_settings(
     """(CPUs, memory in bytes, options to add) per worker: the settings and the workers'
     own ``--nthreads``/``--memory-limit`` agree, and each implies the other."""
     nthreads = option_value(args, "--nthreads")
-    if nthreads is not None and not nthreads.isdigit():
-        raise UsageError(f"--nthreads {nthreads!r} is not a whole number")
+    if nthreads is not None and (not nthreads.isdigit() or int(nthreads) < 1):
+        raise UsageError(f"--nthreads {nthreads!r} is not a positive integer")
     added: list[str] = []
     if cpus is not None and nthreads is not None and int(nthreads) != cpus:
         raise UsageError(
@@ -174,7 +174,10 @@ def node_facts(
     if cpus and gpus:
         source = "site profile" if (cpus, gpus) == (threads, site.gpu_count) else "hpc.node-*"
         return NodeFacts(int(cpus), site.cpu_cores or int(cpus), int(gpus), source)
-    fix = "give --gpus-per-node and --cpus-per-worker, or set hpc.node-gpus and hpc.node-cpus"
+    fix = (
+        "give --gpus-per-node and --cpus-per-worker (gpus_per_node=, cpus_per_worker=), "
+        "or set hpc.node-gpus and hpc.node-cpus"
+    )
     try:
         rows = [r for r in query_nodes(row, queue, run) if r[1] > 0]
     except UsageError as error:
