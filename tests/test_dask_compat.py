@@ -251,14 +251,14 @@ def test_dask_cuda_workers_as_dask_cuda_worker_builds_them(
         "dask_worker.state.total_resources, sorted(p.split('-')[0] for p in dask_worker.plugins)"
         "]), sort_keys=True)); print('NANNIES', len(c.run(os.getpid, nanny=True)))"
     )
-    argv = [*start_cluster(), "gpu", "2", "--site", "polaris", *OPTS]
+    argv = [*start_cluster(), "gpu", "2", "--site", "polaris", "--resources", "ssdGB=200", *OPTS]
     result = run_cmd([*argv, "--", sys.executable, "-c", job], env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("CUDA "))
     views = sorted(json.loads(line[5:]).values())
     assert [v[:4] for v in views] == [
-        ["0-0", "0,1", "True", {"GPU": 1.0}],  # dask-cuda's rotation of the visible devices
-        ["0-1", "1,0", "True", {"GPU": 1.0}],
+        ["0-0", "0,1", "True", {"GPU": 1.0, "ssdGB": 200.0}],  # dask-cuda's rotation
+        ["0-1", "1,0", "True", {"GPU": 1.0, "ssdGB": 200.0}],
     ]
     assert all("CUDFSetup" in v[4] and "PreImport" in v[4] for v in views)
     assert "NANNIES 2" in result.stdout

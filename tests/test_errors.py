@@ -40,6 +40,8 @@ BAD_INPUT = [
         ["--memory-limit 'lots' is not a memory size", "16GB"],
     ),
     (["cpu", "2", "--timeout", "-1"], ["'-1' is not a positive number of seconds"]),
+    (["cpu", "2", "--resources", "GPU"], ["'GPU' is not NAME=AMOUNT[,NAME=AMOUNT...]"]),
+    (["cpu", "2", "--resources", "GPU=two"], ["'GPU=two' is not NAME=AMOUNT"]),
     (["cpu", "2", "--interface", "ib7"], ["network interface 'ib7'", "use one of:", "lo"]),
     (
         ["cpu", "2", "--local-directory", "/proc/forbidden"],

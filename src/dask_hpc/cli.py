@@ -21,8 +21,8 @@ COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM
 
 examples:
   start-cluster cpu 2 -- python examples/pi.py
-  mpiexec -n 12 --ppn 6 start-cluster gpu 6 -- python job.py     # Aurora, 2 nodes
-  srun -N 2 --ntasks-per-node 1 start-cluster gpu 4               # one rank per node
+  mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth start-cluster gpu 6 --site aurora
+  srun -N 2 --ntasks-per-node 1 -c 32 --gres=gpu:4 start-cluster gpu 4   # a rank per node
 """
 
 
@@ -45,6 +45,20 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
+
+
+def resource_spec(text: str) -> dict[str, float]:
+    """``GPU=2,ssdGB=200``: what each worker offers tasks (``dask worker --resources``)."""
+    spec = {}
+    for item in text.replace(" ", ",").split(","):
+        name, eq, amount = item.partition("=")
+        try:
+            spec[name] = float(amount)
+        except ValueError:
+            eq = ""
+        if item and (not eq or not name):
+            raise argparse.ArgumentTypeError(f"{text!r} is not NAME=AMOUNT[,NAME=AMOUNT...]")
+    return spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-limit",
         help="memory per worker, e.g. 16GB or 0.5 (of the node); default: the node's memory / "
         "workers per node",
+    )
+    res.add_argument(
+        "--resources",
+        type=resource_spec,
+        help="what each worker offers tasks, e.g. GPU=2,ssdGB=200 (as dask worker's; gpu "
+        "workers have GPU=1 unless it says otherwise)",
     )
     res.add_argument(
         "--local-directory", help="writable node-local directory for workers (default: the site's)"

@@ -239,7 +239,8 @@ def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
         )
     if args.jupyter and shutil.which("jupyter") is None:
         raise UsageError(
-            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
+            "--jupyter needs JupyterLab, which is not installed",
+            "pip install '.[jupyter]' in dask-hpc's checkout",
         )
 
 
@@ -302,7 +303,7 @@ def make_plan(
         "scheduler_file": str(scheduler_file),
         "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
-        "resources": {"GPU": 1} if gpu_node else None,
+        "resources": {**({"GPU": 1} if gpu_node else {}), **(args.resources or {})} or None,
         "local_directory": None,  # made at start: private_local_directory
         "death_timeout": args.death_timeout or scale.start_timeout,
         "host": host_ip,

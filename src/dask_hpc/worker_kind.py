@@ -53,14 +53,15 @@ def worker_class(
     if cuda_flags and not (nvidia and _has_dask_cuda()):
         raise UsageError(
             f"{cuda_flags[0]} is a dask-cuda option, for gpu workers on NVIDIA GPUs",
-            "drop it, or run gpu workers with dask-cuda installed (pip install 'dask-hpc[cuda]')",
+            "drop it, or run gpu workers with dask-cuda installed "
+            "(pip install '.[cuda]' in dask-hpc's checkout)",
         )
     if not nvidia:
         return "distributed.Worker"
     if not _has_dask_cuda():
         notes.append(
             "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
-            "(pip install 'dask-hpc[cuda]')"
+            "(pip install '.[cuda]' in dask-hpc's checkout)"
         )
         return "distributed.Worker"
     if not nanny:

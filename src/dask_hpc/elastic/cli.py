@@ -33,6 +33,12 @@ from ..images import ImageError
 from ..links import hint, links, private_stream, shown
 
 PROG = "hpc-cluster"
+# HPCCluster's settings that pass from the options as they are (the others: _cluster_kwargs)
+MORE_SETTINGS = (
+    "launcher", "pool", "scheduler_walltime", "lifetime_margin", "cpus_per_worker",
+    "memory_per_worker", "gpus_per_node", "interface", "dashboard_address", "directory",
+    "log_directory", "name",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,6 +89,19 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-arg", action="append", default=None, metavar="ARG",
                    help="a start-cluster option for the workers (repeat: --worker-arg=--nthreads "
                    "--worker-arg=4)")
+    p.add_argument("--launcher", help="the launcher in each job (default: the site's)")
+    p.add_argument("--pool", help="the first pool's name (default: KIND)")
+    p.add_argument("--scheduler-walltime", help="the scheduler job's walltime (--scheduler job)")
+    p.add_argument("--lifetime-margin", type=float, metavar="SECONDS",
+                   help="seconds before the walltime by which workers retire")
+    p.add_argument("--cpus-per-worker", type=count, help="CPUs each worker asks for")
+    p.add_argument("--memory-per-worker", help="memory each worker asks for, e.g. 16GB")
+    p.add_argument("--gpus-per-node", type=count, help="GPUs a gpu job asks for per node")
+    p.add_argument("--interface", help="network interface of the scheduler, e.g. ib0")
+    p.add_argument("--dashboard-address", default="127.0.0.1:0", help="HOST:PORT")
+    p.add_argument("--directory", help="where the cluster's files go (a shared file system)")
+    p.add_argument("--log-directory", help="where the jobs' output goes")
+    p.add_argument("--name", help="the cluster's name in Dask (default: its id)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +165,7 @@ def _cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "job_setup": args.job_setup,
         "job_env": dict(args.job_env) if args.job_env else None,
         "worker_args": args.worker_arg,
+        **{key: getattr(args, key) for key in MORE_SETTINGS},
     }
     return {"kind": args.kind, **kwargs}
 
@@ -219,7 +239,9 @@ def script(args: argparse.Namespace) -> int:
 
     # What HPCCluster checks and renders, without a scheduler: its settings alone.
     probe = HPCCluster.__new__(HPCCluster)
-    HPCCluster._settle(probe, **_cluster_kwargs(args), check_commands=False)
+    settings = _cluster_kwargs(args)
+    del settings["name"]  # the running cluster's, not a job's
+    HPCCluster._settle(probe, **settings, check_commands=False)
     pool = next(iter(probe.pools.values()))
     name = naming.job_name(probe.cluster_id, pool.name, 1)
     sys.stdout.write(scripts.render(probe._request(pool, name)))

@@ -31,7 +31,7 @@ from ..batch import commands, script
 from ..connection import read_scheduler_file
 from ..errors import UsageError
 from ..sites import Site, detect_site, load_site
-from . import naming, placement, sizing, state
+from . import jobqueue_args, naming, placement, sizing, state
 from .jobcluster import JobCluster
 from .jobs import BatchClient
 from .pools import Pool, make_pool
@@ -77,6 +77,9 @@ class HPCCluster(JobCluster):
         job_env: Mapping[str, str] | None = None,
         worker_args: Sequence[str] | str | None = None,
         lifetime_margin: float | None = None,
+        cpus_per_worker: int | None = None,
+        memory_per_worker: str | int | None = None,
+        gpus_per_node: int | None = None,
         interface: str | None = None,
         dashboard_address: str = "127.0.0.1:0",
         directory: str | os.PathLike[str] | None = None,
@@ -87,8 +90,9 @@ class HPCCluster(JobCluster):
         asynchronous: bool = False,
         loop: Any = None,
         quiet: bool = False,
+        **jobqueue: Any,
     ) -> None:
-        self._settle(
+        settings = jobqueue_args.translate(jobqueue, dict(
             kind=kind,
             workers_per_node=workers_per_node,
             nodes_per_job=nodes_per_job,
@@ -107,11 +111,15 @@ class HPCCluster(JobCluster):
             job_env=job_env,
             worker_args=worker_args,
             lifetime_margin=lifetime_margin,
+            cpus_per_worker=cpus_per_worker,
+            memory_per_worker=memory_per_worker,
+            gpus_per_node=gpus_per_node,
             interface=interface,
             dashboard_address=dashboard_address,
             directory=directory,
             log_directory=log_directory,
-        )
+        ))  # dask-jobqueue's arguments, as ours (jobqueue_args.py)
+        self._settle(**settings)
         self._begin(jobs, name, silence_logs, asynchronous, loop, quiet)
 
     @classmethod
@@ -167,6 +175,9 @@ class HPCCluster(JobCluster):
         job_env: Mapping[str, str] | None = None,
         worker_args: Sequence[str] | str | None = None,
         lifetime_margin: float | None = None,
+        cpus_per_worker: int | None = None,
+        memory_per_worker: str | int | None = None,
+        gpus_per_node: int | None = None,
         interface: str | None = None,
         dashboard_address: str = "127.0.0.1:0",
         directory: str | os.PathLike[str] | None = None,
@@ -213,6 +224,10 @@ class HPCCluster(JobCluster):
                 job_env=job_env,
                 worker_args=worker_args,
                 lifetime_margin=lifetime_margin,
+                cpus_per_worker=cpus_per_worker,
+                memory_per_worker=memory_per_worker,
+                gpus_per_node=gpus_per_node,
+                batch_system=self.batch_system,
             )
         first = next(iter(self.pools.values()))
         self._scheduler_walltime = scheduler_walltime or config.get(
@@ -348,14 +363,15 @@ class HPCCluster(JobCluster):
         pool: str | None = None,
     ) -> Any:
         """Scale a pool (default: the first) to ``jobs`` jobs, or to ``n`` workers rounded up
-        to whole jobs. Queued jobs are cancelled before running ones shrink; the workers of a
+        to whole jobs (``memory=``/``cores=``: the workers that hold that much, as
+        dask-jobqueue's). Queued jobs are cancelled before running ones shrink; the workers of a
         running job are retired through Dask (data moved), then the job ends by itself.
         Stops adapting that pool. Submission problems raise here, in one line."""
-        if memory is not None or cores is not None:
-            raise UsageError(
-                "scale by jobs= or by workers (n)", "memory= and cores= are not supported"
-            )
         chosen = self._pool(pool)
+        n = jobqueue_args.scale_workers(  # dask-jobqueue's scale(memory=, cores=)
+            n, memory, cores, chosen.cpus_per_worker or chosen.threads_guess,
+            chosen.memory_per_worker,
+        )
         jobs = sizing.scale_jobs(chosen, n, jobs)
         chosen.bounds = None
         chosen.broken = None
