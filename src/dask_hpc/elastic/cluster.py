@@ -31,16 +31,13 @@ from ..batch import commands, script
 from ..connection import read_scheduler_file
 from ..errors import UsageError
 from ..sites import Site, detect_site, load_site
-from . import jobqueue_args, naming, placement, sizing, state
+from . import jobqueue_args, locations, naming, placement, sizing, state
 from .jobcluster import JobCluster
 from .jobs import BatchClient
 from .pools import Pool, make_pool
 from .scheduler import SCHEDULER_FILE, listen_host, security_for
 
 SCHEDULERS = ("local", "job")
-
-
-DIRECTORY_FIX = "pass directory= naming a directory only you can write, which the nodes share"
 
 
 class HPCCluster(JobCluster):
@@ -189,7 +186,7 @@ class HPCCluster(JobCluster):
         what ``hpc-cluster script`` renders a job script from (batch commands not needed)."""
         site_name = site or config.get("site")
         self.site: Site = load_site(site_name) if site_name else detect_site()
-        self.batch_system = self._batch_system(batch_system)
+        self.batch_system = locations.batch_system(self.site, batch_system)
         system = commands.BatchSystem.named(self.batch_system)
         missing = system.missing_commands()
         if missing and check_commands:
@@ -201,7 +198,7 @@ class HPCCluster(JobCluster):
         if mode not in SCHEDULERS:
             raise UsageError(f"scheduler={mode!r} is not one of {SCHEDULERS}", "use local or job")
         self.scheduler_mode = mode
-        self.interface = interface or self._site_interface()
+        self.interface = interface or locations.site_interface(self.site)
         if interface:
             listen_host(interface)  # an interface this node does not have: one line now
         self._dashboard_address = dashboard_address
@@ -234,14 +231,11 @@ class HPCCluster(JobCluster):
             "cluster.scheduler-walltime"
         ) or first.walltime
         script.parse_walltime(self._scheduler_walltime)
-        self.directory = existing[1] if existing else self._cluster_directory(directory)
+        self.directory = existing[1] if existing else locations.cluster_directory(
+            self.site, self.cluster_id, directory
+        )
         self.scheduler_file = self.directory / SCHEDULER_FILE
-        logs = log_directory or config.get("cluster.log-directory")
-        self.log_directory = Path(logs).expanduser().absolute() if logs else self.directory / "logs"
-        if logs:  # the jobs' output files: a directory of the user's, nobody else can write
-            fix = "pass log_directory= naming a directory only you can write"
-            private.ensure_parent(self.log_directory.parent, "log directory's parent", fix)
-            private.own_directory(self.log_directory, "log directory", fix, private=False)
+        self.log_directory = locations.log_directory(self.directory, log_directory)
         self.poll_interval = float(config.get("cluster.poll-interval"))
         self.start_timeout = float(config.get("cluster.start-timeout"))
         self.end_grace = float(config.get("cluster.end-grace"))
@@ -263,31 +257,6 @@ class HPCCluster(JobCluster):
         """Render a job of ``pool`` once: what the script refuses (an image key that is not
         there, a launcher the table lacks) is one line before anything is submitted."""
         script.render(self._request(pool, naming.job_name(self.cluster_id, pool.name, 0)))
-
-    def _batch_system(self, asked: str | None) -> str:
-        name = asked or config.get("cluster.batch-system")
-        if not name and self.site.batch_system != "none":
-            name = self.site.batch_system
-        name = name or commands.detect()
-        if not name:
-            raise UsageError(
-                "no batch system here: none of sbatch, qsub or bsub is on PATH",
-                "run on a login node of the cluster, or pass batch_system=",
-            )
-        return str(name)
-
-    def _site_interface(self) -> str | None:
-        import psutil
-
-        wanted = self.site.network_interface
-        return wanted if wanted and wanted in psutil.net_if_addrs() else None
-
-    def _cluster_directory(self, asked: str | os.PathLike[str] | None) -> Path:
-        base = asked or config.get("scheduler-directory")
-        base = base or self.site.expand(self.site.scheduler_directory, os.environ)
-        base = Path(base or Path.home() / ".dask-hpc").expanduser().absolute()
-        private.ensure_parent(base, "directory for the cluster's files", DIRECTORY_FIX)
-        return base / f"dask-hpc-{self.cluster_id}"
 
     def add_pool(
         self,
@@ -345,7 +314,7 @@ class HPCCluster(JobCluster):
 
     async def _create(self) -> None:
         """A new cluster: its directory, lock, certificates and scheduler."""
-        private.own_directory(self.directory, "cluster directory", DIRECTORY_FIX)
+        private.own_directory(self.directory, "cluster directory", locations.DIRECTORY_FIX)
         self._lock_fd = state.take_lock(self.directory)
         for sub in ("jobs", "logs"):
             (self.directory / sub).mkdir(mode=0o700)  # in a directory of ours alone
