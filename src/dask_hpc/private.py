@@ -167,6 +167,21 @@ def private_temporary_directory(base: Path, prefix: str, what: str, fix: str) ->
         raise UnsafePath(f"{what} {base} is not usable ({error.strerror.lower()})", fix) from None
 
 
+# A Unix socket's path is at most 107 bytes (sun_path); a long $TMPDIR (a batch system's
+# per-job directory, pytest's) left no room: "AF_UNIX path too long" and no workers.
+SOCKET_PATH_MAX = 107
+
+
+def socket_directory(prefix: str, longest_name: int) -> Path:
+    """A new private directory (``mkdtemp``) for Unix sockets: in ``$TMPDIR``, or in /tmp
+    where a socket of ``longest_name`` would not fit under ``$TMPDIR``."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if len(str(path)) + 1 + longest_name > SOCKET_PATH_MAX:
+        path.rmdir()
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    return path
+
+
 def write_file(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write ``path`` atomically (readers see all of it or none): a new file of a random name
     (``O_EXCL``) beside it, renamed over it. Its directory must be safe (:func:`check_parent`)."""

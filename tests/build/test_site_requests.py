@@ -81,6 +81,15 @@ def test_deepops_gpu_count_unknown_is_one_line_naming_the_fix(monkeypatch) -> No
         "or set hpc.node-gpus" in text
 
 
+def test_deepops_gpus_and_cpus_given_ask_nobody(monkeypatch) -> None:
+    """What the one-line error says to give is enough: one worker per GPU asked, no sinfo."""
+    which = requests.shutil.which
+    monkeypatch.setattr(requests.shutil, "which", lambda n: None if n == "sinfo" else which(n))
+    text = script("deepops", gpus_per_node=4, cpus_per_worker=8)
+    assert "--gres=gpu:4" in text and "--ntasks-per-node=4" in text
+    assert "--cpus-per-task=8" in text
+
+
 def test_more_gpus_than_a_node_has_is_refused() -> None:
     with pytest.raises(UsageError, match="8 GPUs per node asked, but a perlmutter node has 4"):
         script("perlmutter", gpus_per_node=8)

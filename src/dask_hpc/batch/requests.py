@@ -230,10 +230,11 @@ def job_shape(
             raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
     cpus, memory, added = worker_settings(worker_args, cpus_per_worker, memory_per_worker)
     gpu = kind == "gpu"
-    facts = None
-    if gpu and (workers_per_node is None or cpus is None):
+    facts = None  # the node's counts: needed unless the workers per node and CPUs are given
+    if gpu and ((workers_per_node or gpus_per_node) is None or cpus is None):
         facts = node_facts(site, row, queue, gpus_per_node, run)
-    per_node = workers_per_node or (facts.gpus if facts else None) or 1
+    asked = workers_per_node or (gpus_per_node if gpu else None)  # one worker per GPU asked
+    per_node = asked or (facts.gpus if facts else None) or 1
     if per_node < 1:
         raise UsageError(f"--workers-per-node must be at least 1, not {per_node}")
     known = facts.gpus if facts else (config.get("node-gpus") or site.gpu_count)
