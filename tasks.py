@@ -112,7 +112,8 @@ def push(
 @task(
     help={
         "uri": "oras://REGISTRY/NAME:TAG",
-        "output": "image file to write (default: NAME.sif)",
+        "output": "image file to write (default: dask-hpc-NAME.sif, as invoke build and "
+        "invoke job name it)",
         "sha256": "the sha256 the image must have (its IMAGE.sha256 from invoke build)",
         "force": "overwrite an existing image",
         **TRUST_HELP,
@@ -136,6 +137,7 @@ def pull(
 
     trust = images.configured_trust(key or None, False if no_verify else None)
     name = uri.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0]
+    name = name if name.startswith("dask-hpc-") else f"dask-hpc-{name}"
     target = Path(output or f"{name}.sif")
     digest = registry.pull(uri, target, trust, sha256, no_https=no_https, force=force)
     how = f"verified with {trust.key}" if trust.key else "NOT verified (no site key)"
@@ -189,6 +191,17 @@ def sites(c: Context) -> None:
         "image_key": "the site's public key (PEM): the job verifies the image with it before "
         "any rank starts (default: dask config hpc.image-key)",
         "no_verify": "do not verify the image (explicit opt-out)",
+        "gpus_per_node": "GPUs each node of the job asks for (default: one per gpu worker)",
+        "cpus_per_worker": "CPUs each worker asks for, and its threads (default: the node's "
+        "CPUs shared out; where the site profile does not know them, Slurm is asked)",
+        "memory_per_worker": "memory each worker asks for, and its limit (e.g. 16GB; "
+        "default: not asked)",
+        "batch_system": "slurm, pbs, lsf or cobalt (default: the site's): a plain cluster is "
+        "--site generic --batch-system pbs",
+        "python": "without an image: the Python with dask-hpc that every rank runs "
+        "(PYTHON -m dask_hpc; default python3 on the job's PATH)",
+        "launcher": "the launcher in the job (default: the site's, else the batch system's; "
+        "mpi: the job's own mpiexec, Open MPI, MPICH or PALS, told apart when it runs)",
     }
 )
 @one_line_errors
@@ -207,6 +220,12 @@ def job(
     output: str = "",
     image_key: str = "",
     no_verify: bool = False,
+    gpus_per_node: int = 0,
+    cpus_per_worker: int = 0,
+    memory_per_worker: str = "",
+    batch_system: str = "",
+    launcher: str = "",
+    python: str = "",
 ) -> None:
     """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
     from dask_hpc.batch.script import JobRequest, render
@@ -225,6 +244,12 @@ def job(
         output=log or None,
         image_key=image_key or None,
         verify_image=not no_verify,
+        gpus_per_node=gpus_per_node or None,
+        cpus_per_worker=cpus_per_worker or None,
+        memory_per_worker=memory_per_worker or None,
+        batch_system=batch_system or None,
+        launcher=launcher or None,
+        python=python or None,
     )
     text = render(req)
     if output:

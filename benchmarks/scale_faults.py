@@ -270,9 +270,9 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     lost = len(special_names) if scenario in ("kill", "hang") else 0
     timeout = opts.timeout
     if scenario == "hang":  # Dask checks every worker-ttl seconds: removed within 2 x ttl
-        from dask_hpc import plan
+        from dask_hpc import scaling
 
-        ttl = plan.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
+        ttl = scaling.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
         timeout += 2 * ttl + 60
     command = [
         sys.executable, __file__, "_job",

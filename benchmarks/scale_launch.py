@@ -191,10 +191,10 @@ class Launch:
 
     def start_sim(self, first: int, count: int, cpus: set[int] | None) -> subprocess.Popen:
         """A process simulating ranks ``first`` to ``first + count - 1``."""
-        from dask_hpc import plan
+        from dask_hpc import scaling
 
         # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
-        needs = plan.scale_needs(
+        needs = scaling.scale_needs(
             self.workers, self.size, self.per_rank, len(os.sched_getaffinity(0)), {}
         )
         out = self.tmp / f"sim-{first}.json"
@@ -211,7 +211,7 @@ class Launch:
             "--local", str(self.local),
             "--out", str(out),
             "--poll-interval", "0.1",
-            "--poll-max-interval", str(plan.poll_max_interval(self.size)),
+            "--poll-max-interval", str(scaling.poll_max_interval(self.size)),
             "--death-timeout", str(needs.start_timeout),
             "--settled-dir", str(self.settled),
         ]  # fmt: skip

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,50 @@ def probe_result(stdout: str) -> dict[str, Any]:
         if line.startswith("PROBE "):
             return json.loads(line[len("PROBE ") :])
     raise AssertionError(f"no PROBE line in output:\n{stdout}")
+
+
+def placeholder_scheduler_file(path: Path) -> Path:
+    """A scheduler file as rank 0 writes it (the owner's, no TLS), naming no live scheduler:
+    what ``--join ... --dry-run`` accepts."""
+    from dask_hpc.connection import SchedulerInfo, write_scheduler_file
+
+    write_scheduler_file(path, SchedulerInfo("tcp://127.0.0.1:9", None, "nowhere", "none", None))
+    return path
+
+
+def printed_scheduler_file(stderr: str) -> Path:
+    """The scheduler file the ready block names."""
+    match = re.search(r"^  scheduler file  (\S+)$", stderr, re.MULTILINE)
+    assert match, f"no scheduler file in the ready block:\n{stderr}"
+    return Path(match.group(1))
+
+
+def cluster_links(scheduler_file: Path, env: dict[str, str]) -> dict[str, str]:
+    """``hpc-cluster links FILE``: the links with their tokens (left out of a non-terminal
+    output), by name."""
+    hpc_cluster = shutil.which("hpc-cluster")
+    assert hpc_cluster, "hpc-cluster is not on PATH: run tests/setup/install.sh"
+    res = subprocess.run(
+        [hpc_cluster, "links", str(scheduler_file)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 0, res.stderr
+    return dict(line.split(maxsplit=1) for line in res.stdout.splitlines())
+
+
+def assert_tokens_left_out(stderr: str, links: dict[str, str]) -> None:
+    """The ready block of a non-terminal output: each link without its token, and the hint."""
+    from dask_hpc.links import without_token
+
+    for name, url in links.items():
+        token = re.search(r"token=([\w-]+)", url)
+        assert token, url
+        assert token.group(1) not in stderr, f"the {name} token was printed"
+        assert re.search(rf"{name} +{re.escape(without_token(url))}\n", stderr), stderr
+    assert "hpc-cluster links" in stderr, stderr
 
 
 def probe(*args: str) -> list[str]:

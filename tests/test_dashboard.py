@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import signal
 import stat
 import subprocess
@@ -13,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from jobs.background import Background
-from support import start_cluster
+from support import assert_tokens_left_out, cluster_links, start_cluster
 
 CHECK = Path(__file__).resolve().parent / "jobs" / "dashboard_check.py"
 
@@ -38,8 +37,8 @@ def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
     argv = [*start_cluster(), "cpu", "2", "--scheduler-file", str(scheduler_file)]
     run = Background([*argv, "--dashboard-address", "127.0.0.1:0"], cluster_env, tmp_path)
     run.wait_text("Dask cluster ready", 90)
-    printed = re.search(r"dashboard +(http://localhost:\d+/status\?token=[\w-]+)", run.stderr)
-    assert printed, run.output()
+    links = cluster_links(scheduler_file, cluster_env)
+    assert_tokens_left_out(run.stderr, links)  # not a terminal: `hpc-cluster links` has it
     assert stat.S_IMODE(scheduler_file.stat().st_mode) == 0o600  # where the token is kept
 
     png = tmp_path / "status.png"
@@ -52,7 +51,7 @@ def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
     )
     assert check.returncode == 0, check.stderr
     out = dashboard_result(check.stdout)
-    assert out["link"] == printed.group(1)  # client.dashboard_link is the printed link
+    assert out["link"] == links["dashboard"]  # client.dashboard_link is `links`'s link
     assert set(out["stranger"].values()) == {403}, out["stranger"]
     assert out["wrong_token"] == 403
     code, location, cookie = out["with_token"]

@@ -22,7 +22,7 @@ import pytest
 from harness.emulate import emulated_jsrun, emulated_pals
 from harness.mpi import mpich, openmpi
 from jobs.background import Background
-from support import start_cluster, without_upstream_noise
+from support import assert_tokens_left_out, start_cluster, without_upstream_noise
 
 JOBS = Path(__file__).resolve().parent / "jobs"
 DASK_OPS = JOBS / "dask_ops.py"
@@ -83,8 +83,9 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     assert out["worker_log_lines"] > 0  # logs at Dask's level reach get_worker_logs
     assert out["sum"] == 45
     assert out["retired"] == names[-1] and out["after_retire"] == names[:-1]
-    link = re.search(r"dashboard +(http://localhost:\d+/status\?token=[\w-]+)\n", result.stderr)
-    assert link and out["dashboard_link"] == link.group(1)  # the printed link, token and all
+    # The link COMMAND's client shows carries the token; the non-terminal output leaves it out.
+    assert re.fullmatch(r"http://localhost:\d+/status\?token=[\w-]+", out["dashboard_link"])
+    assert_tokens_left_out(result.stderr, {"dashboard": out["dashboard_link"]})
     assert "lost the scheduler" not in result.stderr and "rank 0 is gone" not in result.stderr
     assert "was lost" not in result.stderr  # a rank whose workers were retired was not lost
     assert "restarting it" in result.stderr  # the exiting task's deaths, one line each
@@ -251,14 +252,14 @@ def test_dask_cuda_workers_as_dask_cuda_worker_builds_them(
         "dask_worker.state.total_resources, sorted(p.split('-')[0] for p in dask_worker.plugins)"
         "]), sort_keys=True)); print('NANNIES', len(c.run(os.getpid, nanny=True)))"
     )
-    argv = [*start_cluster(), "gpu", "2", "--site", "polaris", *OPTS]
+    argv = [*start_cluster(), "gpu", "2", "--site", "polaris", "--resources", "ssdGB=200", *OPTS]
     result = run_cmd([*argv, "--", sys.executable, "-c", job], env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("CUDA "))
     views = sorted(json.loads(line[5:]).values())
     assert [v[:4] for v in views] == [
-        ["0-0", "0,1", "True", {"GPU": 1.0}],  # dask-cuda's rotation of the visible devices
-        ["0-1", "1,0", "True", {"GPU": 1.0}],
+        ["0-0", "0,1", "True", {"GPU": 1.0, "ssdGB": 200.0}],  # dask-cuda's rotation
+        ["0-1", "1,0", "True", {"GPU": 1.0, "ssdGB": 200.0}],
     ]
     assert all("CUDFSetup" in v[4] and "PreImport" in v[4] for v in views)
     assert "NANNIES 2" in result.stdout

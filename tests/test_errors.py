@@ -40,6 +40,8 @@ BAD_INPUT = [
         ["--memory-limit 'lots' is not a memory size", "16GB"],
     ),
     (["cpu", "2", "--timeout", "-1"], ["'-1' is not a positive number of seconds"]),
+    (["cpu", "2", "--resources", "GPU"], ["'GPU' is not NAME=AMOUNT[,NAME=AMOUNT...]"]),
+    (["cpu", "2", "--resources", "GPU=two"], ["'GPU=two' is not NAME=AMOUNT"]),
     (["cpu", "2", "--interface", "ib7"], ["network interface 'ib7'", "use one of:", "lo"]),
     (
         ["cpu", "2", "--local-directory", "/proc/forbidden"],
@@ -105,6 +107,13 @@ def test_unusable_scheduler_directory(run_cmd, cluster_env, tmp_path: Path) -> N
     assert_one_line_error(result, "scheduler directory", "is not usable", "--scheduler-file")
 
 
+def test_join_of_a_file_that_is_no_scheduler_file(run_cmd, cluster_env, tmp_path: Path) -> None:
+    not_one = tmp_path / "notes.json"
+    not_one.write_text("{}")
+    result = run_cmd([*start_cluster(), "cpu", "1", "--join", str(not_one)], env=cluster_env)
+    assert_one_line_error(result, str(not_one), "not a usable scheduler file", "running cluster")
+
+
 def test_cluster_directory_that_cannot_be_made_after_the_scheduler_forked(
     run_cmd, cluster_env, tmp_path: Path
 ) -> None:
@@ -121,7 +130,9 @@ def test_cluster_directory_that_cannot_be_made_after_the_scheduler_forked(
     (tmp_path / "shared").mkdir()
     (tmp_path / "shared" / "dask-hpc-4242").write_text("")
     result = run_cmd([*start_cluster(), "cpu", "1", "--", "true"], env=env, timeout=60)
-    assert_one_line_error(result, "cannot prepare", "dask-hpc-4242", "--scheduler-file")
+    assert_one_line_error(
+        result, "cluster directory", "dask-hpc-4242", "is not a directory", "--scheduler-file"
+    )
 
 
 def test_layout_mismatch_under_real_mpich(run_cmd, cluster_env) -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from harness.waiting import free_ports
 from jobs.background import Background, routable
-from support import start_cluster
+from support import assert_tokens_left_out, cluster_links, printed_scheduler_file, start_cluster
 
 KERNEL_CODE = """
 from distributed import Client
@@ -101,8 +101,10 @@ def test_jupyterlab_token_loopback_and_a_kernel_reaches_the_cluster(
     )
     try:
         run.wait_text("Dask cluster ready", 60)
-        match = re.search(r"jupyterlab\s+http://localhost:(\d+)/lab\?token=(\w+)", run.stderr)
-        assert match, run.output()
+        links = cluster_links(printed_scheduler_file(run.stderr), env)
+        assert_tokens_left_out(run.stderr, links)  # not a terminal: `hpc-cluster links` has them
+        match = re.fullmatch(r"http://localhost:(\d+)/lab\?token=(\w+)", links["jupyterlab"])
+        assert match, links
         port, token = int(match.group(1)), match.group(2)
         assert port != first, "JupyterLab did not fall back from a busy port"
         tunnel = next(line for line in run.stderr.splitlines() if "ssh -t" in line)

@@ -16,7 +16,7 @@ from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
 from dask_hpc import log_summary
-from dask_hpc.plan import FDS_BASE
+from dask_hpc.scaling import FDS_BASE
 
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
 LIMITS = [

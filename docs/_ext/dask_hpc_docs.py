@@ -8,21 +8,35 @@ They write Markdown (MyST), which the page they sit in parses: every page here i
 - ``hpc-config``: the ``hpc.*`` dask config keys, their defaults and comments (``hpc.yaml``).
 - ``launcher-table``: the launchers start-cluster recognizes (``dask_hpc.launchers``).
 - ``site-table``: the site profiles (``src/dask_hpc/sites/*.yaml``).
-- ``module-map``: the modules of ``src/dask_hpc`` with the first paragraph of their docstrings.
+- ``module-map``: the modules of ``src/dask_hpc`` (or of the subpackage it names, e.g.
+  ``elastic``) with the first paragraph of their docstrings.
+- ``command-output``: a command (``invoke job ...``, ``hpc-cluster script ...``), run when the
+  page is built, and what it printed: a page shows the script the code writes, never an old one.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import os
 import re
+import shlex
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 from docutils import nodes
-from docutils.parsers.rst import Directive
+from docutils.parsers.rst import Directive, directives
 from docutils.statemachine import StringList
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "dask_hpc"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "dask_hpc"
+# The commands command-output runs, as this Python runs them (the docs build's environment).
+RUNNERS = {
+    "invoke": [sys.executable, "-m", "invoke", "-r", str(ROOT)],
+    "hpc-cluster": [sys.executable, "-m", "dask_hpc.elastic"],
+}
 
 
 def _escape(text: str) -> str:
@@ -214,8 +228,55 @@ def module_rows(package: Path) -> list[list[str]]:
 
 
 class ModuleMap(_Generated):
+    optional_arguments = 1  # a subpackage: its modules instead of the package's
+
     def lines(self) -> list[str]:
-        return _table(["module", "what it owns", "uses"], module_rows(SRC))
+        package = SRC / self.arguments[0] if self.arguments else SRC
+        return _table(["module", "what it owns", "uses"], module_rows(package))
+
+
+def run_documented(command: str, env: dict[str, str]) -> str:
+    """What ``command`` prints, run here; the names that differ from run to run (the cluster's
+    id, its directory, this Python) replaced by the page's placeholders."""
+    argv = shlex.split(command)
+    with tempfile.TemporaryDirectory() as home:
+        full = {**os.environ, "DASK_HPC__SCHEDULER_DIRECTORY": f"{home}/.dask-hpc", **env}
+        done = subprocess.run(
+            [*RUNNERS[argv[0]], *argv[1:]], capture_output=True, text=True, env=full, cwd=ROOT,
+            timeout=120,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"{command!r} failed: {done.stderr.strip()}")
+    text = done.stdout.replace(f"{home}/.dask-hpc", "/home/me/.dask-hpc")
+    text = text.replace(sys.executable, "/usr/bin/python3")
+    return re.sub(r"\bdh[0-9a-f]{6}\b", "dh3f9a2c", text)
+
+
+class CommandOutput(Directive):
+    """``command-output COMMAND``: the command (``:file:`` it writes to) and its output.
+    ``:env: NAME=VALUE ...`` sets dask config for the run, and says so under the command."""
+
+    required_arguments = 1
+    final_argument_whitespace = True
+    option_spec = {"file": directives.unchanged, "env": directives.unchanged}
+
+    def run(self) -> list[nodes.Node]:
+        command = self.arguments[0]
+        pairs = dict(p.split("=", 1) for p in shlex.split(self.options.get("env", "")))
+        try:
+            output = run_documented(command, pairs)
+        except RuntimeError as error:
+            raise self.error(str(error)) from None
+        target = self.options.get("file")
+        shown = f"{command} > {target}" if target else command
+        lines = ["```bash", shown, "```", ""]
+        if pairs:
+            settings = ", ".join(f"`{k}={v}`" for k, v in pairs.items())
+            lines += [f"run with {settings} in its environment, it writes:", ""]
+        lines += ["```bash", *output.rstrip("\n").splitlines(), "```", ""]
+        container = nodes.container()
+        self.state.nested_parse(StringList(lines, source="command-output"), 0, container)
+        return container.children
 
 
 def setup(app):  # type: ignore[no-untyped-def]
@@ -225,4 +286,5 @@ def setup(app):  # type: ignore[no-untyped-def]
     app.add_directive("module-map", ModuleMap)
     app.add_directive("launcher-table", LauncherTable)
     app.add_directive("site-table", SiteTable)
+    app.add_directive("command-output", CommandOutput)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from .connection import SchedulerInfo
 from .launchers import BATCH_JOB_IDS
+from .links import hint, shown
 from .plan import Plan
 
 REMOTE_SESSION = ("SSH_CONNECTION", "SSH_CLIENT", "SSH_TTY", *BATCH_JOB_IDS)
@@ -35,10 +36,11 @@ def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
 def ready_message(
     plan: Plan,
     info: SchedulerInfo,
-    jupyter_url: str | None = None,
     jupyter_port: int | None = None,
     env: Mapping[str, str] | None = None,
+    whole_links: bool = False,
 ) -> str:
+    """The ready block; links with their tokens only if ``whole_links`` (a terminal: links.py)."""
     node = socket.gethostname()
     ports = [p for p in (jupyter_port, info.dashboard_port) if p]
     lines = [
@@ -52,9 +54,11 @@ def ready_message(
     if not plan.tls:
         lines.append(f"                  or Client(scheduler_file='{plan.scheduler_file}')")
     if info.dashboard_link:
-        lines.append(f"  dashboard       {info.dashboard_link}")
-    if jupyter_url:
-        lines.append(f"  jupyterlab      {jupyter_url}")
+        lines.append(f"  dashboard       {shown(info.dashboard_link, whole_links)}")
+    if info.jupyter_link:
+        lines.append(f"  jupyterlab      {shown(info.jupyter_link, whole_links)}")
+    if (info.dashboard_link or info.jupyter_link) and not whole_links:
+        lines.append(f"  {hint(plan.scheduler_file)}")
     if ports and needs_tunnel(plan, os.environ if env is None else env):
         lines.append("  from your own machine, open the tunnel first:")
         lines.append(f"    {ssh_tunnel(plan.site.ssh_hops, node, ports)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 from collections.abc import Sequence
 
@@ -20,8 +21,8 @@ COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM
 
 examples:
   start-cluster cpu 2 -- python examples/pi.py
-  mpiexec -n 12 --ppn 6 start-cluster gpu 6 -- python job.py     # Aurora, 2 nodes
-  srun -N 2 --ntasks-per-node 1 start-cluster gpu 4               # one rank per node
+  mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth start-cluster gpu 6 --site aurora
+  srun -N 2 --ntasks-per-node 1 -c 32 --gres=gpu:4 start-cluster gpu 4   # a rank per node
 """
 
 
@@ -44,6 +45,20 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds")
     return value
+
+
+def resource_spec(text: str) -> dict[str, float]:
+    """``GPU=2,ssdGB=200``: what each worker offers tasks (``dask worker --resources``)."""
+    spec = {}
+    for item in text.replace(" ", ",").split(","):
+        name, eq, amount = item.partition("=")
+        try:
+            spec[name] = float(amount)
+        except ValueError:
+            eq = ""
+        if item and (not eq or not name):
+            raise argparse.ArgumentTypeError(f"{text!r} is not NAME=AMOUNT[,NAME=AMOUNT...]")
+    return spec
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -115,6 +130,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-limit",
         help="memory per worker, e.g. 16GB or 0.5 (of the node); default: the node's memory / "
         "workers per node",
+    )
+    res.add_argument(
+        "--resources",
+        type=resource_spec,
+        help="what each worker offers tasks, e.g. GPU=2,ssdGB=200 (as dask worker's; gpu "
+        "workers have GPU=1 unless it says otherwise)",
     )
     res.add_argument(
         "--local-directory", help="writable node-local directory for workers (default: the site's)"
@@ -209,7 +230,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
     from . import nanny_host, resources
-    from .plan import make_plan
+    from .plan import make_plan, private_local_directory
 
     argv = sys.argv[1:] if argv is None else argv
     try:
@@ -225,10 +246,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan.notes.append(problem)
         if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
             os.sched_setaffinity(0, plan.widen_cpus)
-        host = nanny_host.start(plan)
-        from .runtime import run
+        local = private_local_directory(plan)
+        try:
+            host = nanny_host.start(plan)
+            from .runtime import run
 
-        return run(plan, host)
+            return run(plan, host)
+        finally:  # every process of the rank has ended: nothing writes there any more
+            shutil.rmtree(local, ignore_errors=True)
     except UsageError as error:
         say(f"error: {error}")
         return error.exit_code

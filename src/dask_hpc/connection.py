@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import private
 from .security import TlsFiles, tls_env
 
 KEY = "dask_hpc"
@@ -31,6 +32,7 @@ class SchedulerInfo:
     roster: str | None = None  # rank 0's roll call, host:port (see roster.py)
     token: str | None = None  # what a rank presents there
     dashboard_token: str | None = None  # what the dashboard asks for (see dashboard.py)
+    jupyter_link: str | None = None  # JupyterLab's URL with its token (--jupyter)
 
     def to_json(self) -> dict[str, Any]:
         tls = None
@@ -47,6 +49,7 @@ class SchedulerInfo:
                 "roster": self.roster,
                 "token": self.token,
                 "dashboard_token": self.dashboard_token,
+                "jupyter_link": self.jupyter_link,
             },
         }
 
@@ -63,6 +66,7 @@ class SchedulerInfo:
             roster=ours.get("roster"),
             token=ours.get("token"),
             dashboard_token=ours.get("dashboard_token"),
+            jupyter_link=ours.get("jupyter_link"),
         )
 
     @property
@@ -88,24 +92,31 @@ class SchedulerInfo:
 
 
 def write_scheduler_file(path: Path, info: SchedulerInfo) -> None:
-    """Publish ``info`` atomically: readers see the whole file or none."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(info.to_json(), f, indent=2)
-    os.replace(tmp, path)
+    """Publish ``info`` atomically (readers see the whole file or none), owner-only: it holds
+    the dashboard's and the roll call's tokens."""
+    private.write_file(path, json.dumps(info.to_json(), indent=2).encode())
 
 
 def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerInfo | None:
-    """The published info, or None if absent, unreadable or from another launch."""
+    """The published info, or None if absent, unreadable or from another launch.
+
+    Only a file the reader could have written is read, and its certificates likewise
+    (``private.read_trusted``): a scheduler file of another user's (its address, its CA) would
+    connect our workers to a scheduler that runs its code as us. Anything else is an
+    :class:`~dask_hpc.private.UnsafePath`.
+    """
     try:
-        info = SchedulerInfo.from_json(json.loads(path.read_text()))
+        info = SchedulerInfo.from_json(json.loads(private.read_trusted(path, "scheduler file")))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if launch_id is not None and info.launch_id != launch_id:
         return None
-    if info.tls and not info.tls.exist():
-        return None
+    if info.tls:
+        try:
+            for file in info.tls.files():
+                private.read_trusted(file, "the cluster's TLS file")
+        except OSError:
+            return None  # not (yet) there
     return info
 
 

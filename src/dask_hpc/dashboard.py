@@ -75,6 +75,7 @@ class _GatedRequest(httputil.HTTPMessageDelegate):
         self.server_conn = server_conn
         self.connection = request_conn
         self.inner: httputil.HTTPMessageDelegate | None = None
+        self.head = False
 
     def headers_received(
         self,
@@ -82,6 +83,7 @@ class _GatedRequest(httputil.HTTPMessageDelegate):
         headers: httputil.HTTPHeaders,
     ) -> Any:
         assert isinstance(start_line, httputil.RequestStartLine)
+        self.head = start_line.method == "HEAD"
         gate = self.gate
         url = urlsplit(start_line.path)
         query = parse_qsl(url.query, keep_blank_values=True)
@@ -103,7 +105,9 @@ class _GatedRequest(httputil.HTTPMessageDelegate):
     def _respond(self, code: int, reason: str, extra: dict[str, str], body: bytes = b"") -> None:
         headers = httputil.HTTPHeaders({"Content-Length": str(len(body)), **extra})
         start = httputil.ResponseStartLine("HTTP/1.1", code, reason)
-        self.connection.write_headers(start, headers, body or None)
+        # A HEAD answer has no body: tornado refuses one (HTTPOutputError, a traceback in the
+        # owner's log for every `curl -I` of another user's).
+        self.connection.write_headers(start, headers, None if self.head else body or None)
         self.connection.finish()
 
     def data_received(self, chunk: bytes) -> Any:

@@ -101,6 +101,9 @@ def start_resource_tracker() -> int:
     return pid
 
 
+SOCKET_NAME = "forkserver"  # the forkserver's socket, in the directory it is given
+
+
 def start_forkserver(directory: Path) -> int:
     """Fork the forkserver, listening in ``directory``; record it as this process's; return
     its pid.
@@ -109,7 +112,7 @@ def start_forkserver(directory: Path) -> int:
     an abstract socket would let any user of the node ask the forkserver to run code.
     """
     server = forkserver._forkserver
-    address = str(directory / "forkserver")
+    address = str(directory / SOCKET_NAME)
     listener = socket.socket(socket.AF_UNIX)
     try:
         listener.bind(address)

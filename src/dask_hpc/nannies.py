@@ -204,7 +204,7 @@ def build_nannies(specs: list[ProcessSpec], address: str) -> list[Nanny]:
         workers = CUDAWorker(
             address,
             name=name,
-            resources="GPU=1",
+            resources=",".join(f"{k}={v:g}" for k, v in first.options["resources"].items()),
             device_memory_limit=gpu["device_memory_limit"],
             rmm_pool_size=gpu["rmm_pool_size"],
             enable_cudf_spill=gpu["enable_cudf_spill"],

@@ -13,7 +13,6 @@ import importlib.util
 import multiprocessing.forkserver
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 import dask.config
 import yaml
 
-from . import forked_mp
+from . import forked_mp, private
 from .children import EXIT_CLOSED, fork, read_json, send_json
 from .plan import Plan, ProcessSpec, shared_env
 
@@ -122,7 +121,7 @@ def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
     os.environ.update(env)
     dask.config.refresh()
     # Private (0700), for the forkserver's socket; removed when this host ends.
-    directory = Path(tempfile.mkdtemp(prefix="dask-hpc-mp-"))
+    directory = private.socket_directory("dask-hpc-mp-", len(forked_mp.SOCKET_NAME))
     try:
         start_forkserver(len(specs), directory)
         from . import nannies

@@ -1,29 +1,29 @@
 """Turn the command line and the environment into a plan: what this rank starts, and how.
 
 Everything here is decided before anything starts, so bad input fails with nothing running,
-and ``--dry-run`` prints exactly what a real run would do.
+and ``--dry-run`` prints exactly what a real run would do. The parts it asks: ``paths`` (where
+the files go), ``network`` (addresses, ports, TLS), ``worker_kind`` (GPUs, worker class),
+``scaling`` (timeouts and limits for the cluster's size).
 """
 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import re
 import shutil
 import socket
-import tempfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import dask.config
-import psutil
-from dask.utils import parse_bytes, parse_timedelta
+from dask.utils import parse_bytes
 
-from . import binding, config, gpus, launchers, resources
+from . import binding, config, gpus, launchers, network, paths, private, resources, worker_kind
+from .connection import read_scheduler_file
 from .errors import UsageError
+from .scaling import poll_max_interval, scale_needs
 from .sites import Site, detect_site, load_site
 
 NO_LOCAL_STORAGE_ENV = {
@@ -83,6 +83,7 @@ class Plan:
     total_workers: int
     cluster_dir: Path
     scheduler_file: Path
+    local_base: Path  # each rank makes its private local directory in it
     tls: bool
     protocol: str
     timeout: float
@@ -116,6 +117,7 @@ class Plan:
             "total_workers": self.total_workers,
             "scheduler_file": str(self.scheduler_file),
             "cluster_directory": str(self.cluster_dir),
+            "local_directory": f"{self.local_base}/dask-hpc-* (new, private, at start)",
             "tls": self.tls,
             "protocol": self.protocol,
             "timeout": self.timeout,
@@ -158,18 +160,6 @@ def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
     )
 
 
-def interface_address(name: str) -> str:
-    """The IPv4 address of network interface ``name``, or a UsageError listing the others."""
-    addrs = psutil.net_if_addrs()
-    for addr in addrs.get(name, []):
-        if addr.family == socket.AF_INET:
-            return addr.address
-    raise UsageError(
-        f"network interface {name!r} has no IPv4 address on this node",
-        f"use one of: {', '.join(sorted(addrs))}",
-    )
-
-
 def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
     if text is None:
         return node_memory // share
@@ -192,160 +182,20 @@ def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
     return limit
 
 
-def _usable_directory(path: Path, what: str, flag: str) -> Path:
-    try:
-        path.mkdir(parents=True, exist_ok=True, mode=0o700)
-        probe = tempfile.NamedTemporaryFile(dir=path, prefix=".probe-")
-        probe.close()
-    except OSError as error:
-        reason = os.strerror(error.errno) if error.errno else str(error)
-        raise UsageError(
-            f"{what} {path} is not usable ({reason.lower()})",
-            f"pass {flag} with a writable directory",
-        ) from None
+def private_local_directory(plan: Plan) -> Path:
+    """This rank's own local directory, new (``mkdtemp``, 0700) in the plan's base: its workers'
+    and its scheduler's scratch space. A fixed name there (``dask-scratch-space``, as Dask's
+    default, or one per user) is one another user of the node can make first; Dask puts it on
+    the workers' ``sys.path``."""
+    path = private.private_temporary_directory(
+        plan.local_base, "dask-hpc-", "local directory", paths.LOCAL_FIX
+    )
+    for spec in plan.processes:
+        if spec.role == "worker":
+            spec.options["local_directory"] = str(path)
+        else:  # Dask's scheduler takes its work directory from this setting
+            spec.env["DASK_TEMPORARY_DIRECTORY"] = str(path)
     return path
-
-
-def _check_port_free(host: str, port: int, flag: str) -> None:
-    if port == 0:
-        return
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        try:
-            sock.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                raise UsageError(
-                    f"port {port} on {host or 'all interfaces'} is already in use",
-                    f"pass another {flag}, or 0 for a free one",
-                ) from None
-            raise UsageError(
-                f"cannot listen on {host}:{port} ({error.strerror})", f"pass another {flag}"
-            ) from None
-
-
-def _parse_dashboard(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
-    if not port.isdigit():
-        raise UsageError(
-            f"--dashboard-address {address!r} has no port",
-            "write it as HOST:PORT, e.g. 127.0.0.1:8787 (':0' for a free port)",
-        )
-    return host, int(port)
-
-
-def _cluster_paths(
-    args: argparse.Namespace, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
-) -> tuple[Path, Path]:
-    """(cluster directory, scheduler file) for this launch."""
-    if args.join:
-        file = Path(args.join).expanduser().absolute()
-        return file.parent, file
-    if args.scheduler_file:
-        file = Path(args.scheduler_file).expanduser().absolute()
-        return file.parent / f"{file.stem}.dask-hpc", file
-    base = config.get("scheduler-directory") or site.expand(site.scheduler_directory, env)
-    if not base:
-        base = str(Path.home() / ".dask-hpc")
-    directory = Path(base).expanduser().absolute() / f"dask-hpc-{rank.launch_id}"
-    return directory, directory / "scheduler.json"
-
-
-def _security(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
-    """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
-    tls = bool(config.get("tls") if args.tls is None else args.tls)
-    if not tls:
-        notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
-    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
-    if tls and protocol != "tls":
-        raise UsageError(
-            f"--protocol {protocol} sends everything unencrypted while TLS is on",
-            "drop --protocol, or add --no-tls",
-        )
-    if not tls and protocol == "tls":
-        raise UsageError("--protocol tls needs TLS", "drop --no-tls")
-    return tls, protocol
-
-
-def _host_address(args: argparse.Namespace, site: Site, notes: list[str]) -> str | None:
-    """The IP to listen on: an explicit interface must exist, a site's default only if it does."""
-    if args.interface:
-        return interface_address(args.interface)
-    if site.network_interface:
-        if site.network_interface in psutil.net_if_addrs():
-            return interface_address(site.network_interface)
-        notes.append(
-            f"site interface {site.network_interface} is not on this node: using the default route"
-        )
-    return None
-
-
-def _local_directory(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
-    text = args.local_directory or site.expand(site.local_directory, env)
-    if text is None:
-        text = os.path.join(tempfile.gettempdir(), f"dask-hpc-{os.getuid()}")
-    return _usable_directory(Path(text).expanduser(), "local directory", "--local-directory")
-
-
-def _gpu_node(
-    env: Mapping[str, str],
-    site: Site,
-    wpn: int,
-    workers_here: int,
-    gpu_root: Path,
-    notes: list[str],
-) -> gpus.GpuNode:
-    """The node's GPUs, checked to hold one device per worker."""
-    node = gpus.gpu_node(env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root)
-    capacity = len(node.devices)
-    keeps_launcher_device = node.narrowed and capacity == 1 and workers_here == 1
-    if wpn > capacity and not keeps_launcher_device:
-        unit = "tiles" if node.extra_env.get("ZE_FLAT_DEVICE_HIERARCHY") == "FLAT" else "GPUs"
-        raise UsageError(
-            f"{wpn} gpu workers per node need {wpn} {node.vendor.name} devices, "
-            f"but this node has {capacity} {unit} ({node.source})",
-            node.capacity_hint(),
-        )
-    notes.append(f"{node.vendor.runtime} devices from the {node.source}: {','.join(node.devices)}")
-    return node
-
-
-def _worker_class(
-    args: argparse.Namespace, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
-) -> str:
-    cuda_flags = [
-        flag
-        for flag, value in (
-            ("--device-memory-limit", args.device_memory_limit),
-            ("--rmm-pool-size", args.rmm_pool_size),
-            ("--enable-cudf-spill", args.enable_cudf_spill),
-        )
-        if value
-    ]
-    nvidia = gpu_node is not None and gpu_node.vendor.name == "nvidia"
-    if cuda_flags and not (nvidia and _has_dask_cuda()):
-        raise UsageError(
-            f"{cuda_flags[0]} is a dask-cuda option, for gpu workers on NVIDIA GPUs",
-            "drop it, or run gpu workers with dask-cuda installed (pip install 'dask-hpc[cuda]')",
-        )
-    if not nvidia:
-        return "distributed.Worker"
-    if not _has_dask_cuda():
-        notes.append(
-            "dask-cuda is not installed: plain Dask workers pinned with CUDA_VISIBLE_DEVICES "
-            "(pip install 'dask-hpc[cuda]')"
-        )
-        return "distributed.Worker"
-    if not nanny:
-        raise UsageError(
-            "dask-cuda workers always run under a Nanny (as `dask cuda worker` does)",
-            "drop --no-nanny",
-        )
-    if args.rmm_pool_size and not _importable("rmm"):
-        raise UsageError(
-            "--rmm-pool-size needs RMM, which is not installed here",
-            "install rmm (pip install rmm-cu12, or the site image), or drop --rmm-pool-size",
-        )
-    return "dask_cuda"
 
 
 def _scheduler_spec(
@@ -359,11 +209,11 @@ def _scheduler_spec(
         raise UsageError(
             f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
         )
-    _check_port_free(host or "", port, "--scheduler-port")
+    network.check_port_free(host or "", port, "--scheduler-port")
     dashboard = args.dashboard_address or config.get("dashboard-address")
-    dash_host, dash_port = _parse_dashboard(dashboard)
+    dash_host, dash_port = network.parse_dashboard(dashboard)
     if args.dashboard_address:
-        _check_port_free(dash_host, dash_port, "--dashboard-address")
+        network.check_port_free(dash_host, dash_port, "--dashboard-address")
     options = {"host": host, "port": port, "protocol": protocol, "dashboard_address": dashboard}
     return ProcessSpec("scheduler", "scheduler", options)
 
@@ -389,7 +239,19 @@ def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
         )
     if args.jupyter and shutil.which("jupyter") is None:
         raise UsageError(
-            "--jupyter needs JupyterLab, which is not installed", "pip install 'dask-hpc[jupyter]'"
+            "--jupyter needs JupyterLab, which is not installed",
+            "pip install '.[jupyter]' in dask-hpc's checkout",
+        )
+
+
+def _check_join(path: Path) -> None:
+    """``--join``'s file: a running cluster's scheduler file, and the user's own (another
+    user's is an ``UnsafePath``, from ``read_scheduler_file``)."""
+    if read_scheduler_file(path) is None:
+        what = "not a usable scheduler file (unreadable, not one, or its certificates gone)"
+        raise UsageError(
+            f"--join {path}: {what if path.exists() else 'no such scheduler file'}",
+            "give the scheduler file of a running cluster",
         )
 
 
@@ -409,16 +271,13 @@ def make_plan(
     wpn = args.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
-    if args.join and not Path(args.join).expanduser().is_file():
-        raise UsageError(
-            f"--join {args.join}: no such scheduler file",
-            "give the scheduler file of a running cluster",
-        )
-    tls, protocol = _security(args, notes)
-    host_ip = _host_address(args, site, notes)
-    cluster_dir, scheduler_file = _cluster_paths(args, site, rank, env)
-    if rank.is_first and not args.join:
-        _usable_directory(cluster_dir.parent, "scheduler directory", "--scheduler-file")
+    if args.join:
+        _check_join(Path(args.join).expanduser())
+    tls, protocol = network.tls_and_protocol(args, notes)
+    host_ip = network.host_address(args, site, notes)
+    cluster_dir, scheduler_file = paths.cluster_paths(args, site, rank, env)
+    if not args.join:
+        paths.check_cluster_paths(cluster_dir, scheduler_file, rank.is_first)
     _check_command(args, rank)
 
     # What every worker of this rank shares.
@@ -438,19 +297,19 @@ def make_plan(
         )
     gpu_node = None
     if args.worker_type == "gpu":
-        gpu_node = _gpu_node(env, site, wpn, workers_here, gpu_root, notes)
+        gpu_node = worker_kind.gpu_node(env, site, wpn, workers_here, gpu_root, notes)
     nanny = bool(config.get("nanny") if args.nanny is None else args.nanny)
     options = {
         "scheduler_file": str(scheduler_file),
         "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
         "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
-        "resources": {"GPU": 1} if gpu_node else None,
-        "local_directory": str(_local_directory(args, site, env)),
+        "resources": {**({"GPU": 1} if gpu_node else {}), **(args.resources or {})} or None,
+        "local_directory": None,  # made at start: private_local_directory
         "death_timeout": args.death_timeout or scale.start_timeout,
         "host": host_ip,
         "protocol": protocol,
         "nanny": nanny,
-        "worker_class": _worker_class(args, gpu_node, nanny, notes),
+        "worker_class": worker_kind.worker_class(args, gpu_node, nanny, notes),
         "keep_cpus": cpus.keep,  # the launcher's CPU binding wins over dask-cuda's NVML guess
     }
     if options["worker_class"] == "dask_cuda":
@@ -485,6 +344,7 @@ def make_plan(
         total_workers=total,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
+        local_base=paths.local_base(args, site, env),
         tls=tls,
         protocol=protocol,
         timeout=args.timeout or scale.timeout,
@@ -504,121 +364,3 @@ def make_plan(
         exit_status_file=config.get("exit-status-file") or None,
         widen_cpus=cpus.cpus if cpus.widen else None,
     )
-
-
-# What rank 0 holds per worker and per rank (measured with benchmarks/scale.py: ~2.2 file
-# descriptors per worker in the scheduler, a roll-call connection per rank), with headroom for
-# the connections a running cluster opens (gathers, clients, the dashboard).
-FDS_PER_WORKER = 4
-FDS_PER_NANNY = 12  # a nanny host's Nanny: its listener, scheduler comms, pipes to its worker
-FDS_BASE = 1024
-
-# Timeouts Dask applies per connection and per start, raised with the cluster's size. W workers
-# connecting at once queue their TLS handshakes on the scheduler's single event loop
-# (benchmarks/scale.py, 2 cores: ~10 ms each, and a handshake not done within Dask's first try,
-# a fifth of the connect timeout, is dropped and retried, which adds load: at 500 workers with
-# the default 30 s, dozens failed); a node's workers start one after another on its CPUs.
-# Dask's fixed defaults (connect 30 s, start 60 s, worker TTL 300 s) are what failed first at
-# 208 workers on 2 cores, and at 1,300 and 5,500 workers on real machines (dask-mpi#82,
-# distributed#3691).
-SECONDS_PER_WORKER = 0.02  # scheduler time per worker joining (2x the measured)
-CONNECT_PER_WORKER = 5 * SECONDS_PER_WORKER  # Dask's first try gets a fifth of it
-SECONDS_PER_LOCAL_WORKER_PER_CPU = 4.0  # a node's worker starts, per worker per usable CPU
-
-
-@dataclass(frozen=True)
-class ScaleNeeds:
-    """What a cluster of this size needs from this rank: timeouts and file descriptors."""
-
-    start_timeout: float  # a worker's (and its Nanny's) start: Dask's death_timeout
-    connect_timeout: float  # distributed.comm.timeouts.connect (and .tcp)
-    worker_ttl: float  # distributed.scheduler.worker-ttl
-    timeout: float  # --timeout: the scheduler file, and every worker connected
-    leave_timeout: float  # at the end: for the workers to close, then for the ranks to exit
-    open_files: int  # this rank's processes
-    open_files_first: int  # rank 0's, with the scheduler and the roll call
-    env: dict[str, str]  # the Dask settings above, for the scheduler and the workers
-    worker_env: dict[str, str]  # the workers' alone (an oversubscribed node's idle costs)
-
-
-def scale_needs(
-    workers: int,
-    ranks: int,
-    workers_here: int,
-    cpus: int,
-    env: Mapping[str, str] | None = None,
-) -> ScaleNeeds:
-    """Timeouts and file-descriptor needs derived from the expected worker count.
-
-    Never below the configured values (hpc.timeout, hpc.death-timeout, Dask's own); a Dask
-    setting the user put in the environment is left alone.
-    """
-    env = os.environ if env is None else env
-
-    def seconds(key: str, default: str) -> float:  # Dask's default, if distributed's
-        return float(parse_timedelta(dask.config.get(key, default), "s") or 0)  # not loaded
-
-    joining = SECONDS_PER_WORKER * workers
-    local = SECONDS_PER_LOCAL_WORKER_PER_CPU * workers_here / max(1, cpus)
-    connect = max(
-        seconds("distributed.comm.timeouts.connect", "30s"), CONNECT_PER_WORKER * workers + local
-    )
-    tcp = max(seconds("distributed.comm.timeouts.tcp", "30s"), joining + local)
-    death = float(config.get("death-timeout"))
-    start = max(death, 30 + connect)  # a start outlasts a connect's retries
-    # Dask's heartbeat interval grows to W/200 + 1 s; TTL: ten missed heartbeats at least.
-    ttl = max(seconds("distributed.scheduler.worker-ttl", "5 minutes"), 10 * (workers / 200 + 1))
-    timeout = float(config.get("timeout")) + 2 * (start - death)
-    dask_env = {
-        "DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": f"{connect:.0f}s",
-        "DASK_DISTRIBUTED__COMM__TIMEOUTS__TCP": f"{tcp:.0f}s",
-        "DASK_DISTRIBUTED__SCHEDULER__WORKER_TTL": f"{ttl:.0f}s",
-    }
-    over = workers_here / max(1, cpus)
-    idle_env: dict[str, str] = {}
-    if over > 1:
-        # More workers than CPUs on this node (104 on a 2-core test machine, or a node shared
-        # with other jobs): an idle worker's profiler wakes every 10 ms and its system monitor
-        # every 0.5 s; measured 208 idle workers on 2 cores: the CPUs were saturated doing
-        # nothing. Both slow down by the oversubscription, so the node pays what 1 worker per
-        # CPU pays. So do the event loop's tick (every 20 ms) and the memory monitor (every
-        # 100 ms, a /proc read): with only the first two slowed, 208 idle workers on 2 cores
-        # still used both cores (~1% of a CPU each, py-spy: _measure_tick and memory_monitor).
-        interval = min(1000, round(10 * over))
-        idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__INTERVAL"] = f"{interval}ms"
-        idle_env["DASK_DISTRIBUTED__WORKER__PROFILE__CYCLE"] = f"{max(1000, 10 * interval)}ms"
-        idle_env["DASK_DISTRIBUTED__ADMIN__SYSTEM_MONITOR__INTERVAL"] = f"{min(10, 0.5 * over):g}s"
-        idle_env["DASK_DISTRIBUTED__ADMIN__TICK__INTERVAL"] = f"{min(1000, round(20 * over))}ms"
-        idle_env["DASK_DISTRIBUTED__WORKER__MEMORY__MONITOR_INTERVAL"] = (
-            f"{min(1000, round(100 * over))}ms"
-        )
-    open_files = FDS_BASE + FDS_PER_NANNY * workers_here
-    return ScaleNeeds(
-        start_timeout=round(start),
-        connect_timeout=round(connect),
-        worker_ttl=round(ttl),
-        timeout=round(timeout),
-        # A node closes its workers one after another on its CPUs (measured: 104 Nannies on 2
-        # shared cores needed more than 10 s), and rank 0 sees W removals.
-        leave_timeout=round(10 + 0.5 * local + SECONDS_PER_WORKER * workers / 4),
-        open_files=open_files,
-        open_files_first=open_files + FDS_PER_WORKER * workers + ranks,
-        env={k: v for k, v in dask_env.items() if k not in env},
-        worker_env={k: v for k, v in idle_env.items() if k not in env},
-    )
-
-
-def poll_max_interval(ranks: int) -> float:
-    """The cap of a rank's scheduler-file polling: all ranks together read it ~2000 times a
-    second at most (0.1 s for up to 200 ranks, 2 s from 4000)."""
-    return min(2.0, max(0.1, ranks / 2000))
-
-
-def _importable(module: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(module) is not None
-
-
-def _has_dask_cuda() -> bool:
-    return _importable("dask_cuda")

@@ -7,15 +7,15 @@ owner included, can mint another one, so a certificate of another cluster is ref
 from __future__ import annotations
 
 import datetime
-import errno
-import os
 import socket
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import private
+
 TLS_ROLES = ("scheduler", "worker", "client")
+KEY_FIX = "pass --scheduler-file in a directory only you can write"
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,11 @@ class TlsFiles:
     def in_directory(cls, directory: Path) -> TlsFiles:
         return cls(directory / "ca.pem", directory / "cluster.pem", directory / "cluster.key")
 
+    def files(self) -> tuple[Path, Path, Path]:
+        return (self.ca, self.cert, self.key)
+
     def exist(self) -> bool:
-        return all(p.is_file() for p in (self.ca, self.cert, self.key))
+        return all(p.is_file() for p in self.files())
 
 
 def _name(common_name: str) -> Any:
@@ -41,33 +44,6 @@ def _name(common_name: str) -> Any:
     return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name[:64])])
 
 
-def ensure_private(directory: Path) -> None:
-    """Refuse to put keys in a directory that is a symlink, not ours, or open to others.
-
-    A shared scheduler directory (``/tmp``, a project space) could hold a directory prepared by
-    someone else under the name we are about to use.
-    """
-    info = os.lstat(directory)
-    problem = None
-    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
-        problem = "is not a plain directory"
-    elif info.st_uid != os.geteuid():
-        problem = "belongs to another user"
-    elif stat.S_IMODE(info.st_mode) & 0o077:
-        problem = "is open to other users"
-    if problem:
-        raise PermissionError(errno.EPERM, f"{directory} {problem}: refusing to write keys there")
-
-
-def _write(path: Path, data: bytes, mode: int) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.unlink(missing_ok=True)  # left by an earlier process with the same pid
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
-
-
 def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     """Make a CA and a cluster certificate in ``directory`` (key file mode 0600)."""
     # Imported here: only rank 0 makes certificates; the other ranks skip ~0.1 s of imports.
@@ -75,7 +51,7 @@ def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    ensure_private(directory)
+    private.own_directory(directory, "key directory", KEY_FIX)
     now = datetime.datetime.now(datetime.timezone.utc)
     start, end = now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -125,13 +101,13 @@ def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     )
     files = TlsFiles.in_directory(directory)
     pem = serialization.Encoding.PEM
-    _write(
+    private.write_file(
         files.key,
         key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
         0o600,
     )
-    _write(files.cert, cert.public_bytes(pem), 0o644)
-    _write(files.ca, ca_cert.public_bytes(pem), 0o644)
+    private.write_file(files.cert, cert.public_bytes(pem), 0o644)
+    private.write_file(files.ca, ca_cert.public_bytes(pem), 0o644)
     return files
 
 

@@ -19,6 +19,7 @@ from .errors import UsageError
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "none")
 GPU_VENDORS = ("nvidia", "intel", "amd")
+CPU_UNITS = ("threads", "cores")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,9 @@ class Site:
     batch_directives: tuple[str, ...] = ()  # header lines every batch job here adds
     batch_setup: tuple[str, ...] = ()  # shell lines before the launch (modules)
     batch_queue: str | None = None  # how a queue is asked for, where not the batch system's way
+    batch_requests: Mapping[str, str | None] = field(default_factory=dict)  # over systems.yaml's
+    batch_cpu_unit: str = "threads"  # what the batch system counts as a CPU: threads or cores
+    image: str | None = None  # the site's image file name; None: the job's own Python
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -93,9 +97,14 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         batch_directives=tuple(str(d) for d in batch.get("directives") or ()),
         batch_setup=tuple(str(s) for s in batch.get("setup") or ()),
         batch_queue=batch.get("queue"),
+        batch_requests=dict(batch.get("requests") or {}),
+        batch_cpu_unit=str(batch.get("cpu_unit") or "threads"),
+        image=data.get("image", f"dask-hpc-{data['name']}.sif"),  # one name everywhere
     )
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")
+    if site.batch_cpu_unit not in CPU_UNITS:
+        raise ValueError(f"site {site.name}: unknown batch cpu_unit {site.batch_cpu_unit!r}")
     if site.gpu_vendor not in (None, *GPU_VENDORS):
         raise ValueError(f"site {site.name}: unknown gpu vendor {site.gpu_vendor!r}")
     return site

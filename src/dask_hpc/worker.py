@@ -184,7 +184,7 @@ class HpcWorker(Worker):
         if value == Status.running and self._registered_flag:
             flag, self._registered_flag = self._registered_flag, None
             try:
-                os.close(os.open(flag, os.O_WRONLY | os.O_CREAT, 0o600))
+                os.close(os.open(flag, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
             except OSError:
                 pass  # unwritable: the Nanny counts this start as one that did not connect
 

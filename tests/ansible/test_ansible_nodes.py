@@ -128,6 +128,14 @@ def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
     result = run_on_node(Path(node.backend.name), "start-cluster --help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("usage: start-cluster {cpu,gpu}"), result.stdout
+    # hpc-cluster beside it (HPCCluster's command), the job script it would submit
+    link = node.file("/usr/local/bin/hpc-cluster")
+    assert link.is_symlink and link.linked_to == "/opt/dask-hpc/bin/hpc-cluster"
+    script = run_on_node(
+        Path(node.backend.name), "cd && hpc-cluster script cpu --batch-system slurm"
+    )
+    assert script.returncode == 0, script.stderr
+    assert re.search(r"/opt/dask-hpc/venv/bin/python\S* -m dask_hpc cpu 1 ", script.stdout)
 
 
 @pytest.mark.parametrize("name", CONVERGED)

@@ -111,6 +111,8 @@ CASES: dict[str, list[str]] = {
         "2",
         "--workers-per-node",
         "8",
+        "--cpus-per-worker",
+        "16",
         "--job-name",
         "rapids",
         "--",
@@ -120,3 +122,10 @@ CASES: dict[str, list[str]] = {
         "16",
     ],
 }
+# A plain cluster of each batch system (no site profile): the same job on each.
+PLAIN = ["--nodes", "2", "--workers-per-node", "4", "--cpus-per-worker", "8"]
+PLAIN += ["--memory-per-worker", "16GB"]
+for _system, _more in (("slurm", ["--queue", "batch"]), ("pbs", []), ("lsf", [])):
+    CASES[f"{_system}-generic"] = [
+        "--site", "generic", "--batch-system", _system, *PLAIN, *_more, "--", "python", "job.py"
+    ]

@@ -85,7 +85,7 @@ def test_generated_slurm_script_runs_on_slurm(
     assert (
         "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
         f"--kill-on-bad-exit=0 apptainer exec --nv {local_image} "
-        f"start-cluster cpu 2 -- python {pi}" in script
+        f"start-cluster cpu 2 --site deepops -- python {pi}" in script
     )
     env = {**cluster_env, **slurm_cluster.env}
     job = slurm_cluster.sbatch(script, env=env, cwd=tmp_path)
@@ -104,4 +104,4 @@ def test_invoke_job_command_is_shell_quoted(run_cmd) -> None:
         timeout=60,
     )
     assert result.returncode == 0, result.stderr
-    assert "start-cluster gpu 4 -- python -c 'print(1)'" in result.stdout
+    assert "start-cluster gpu 4 --site perlmutter -- python -c 'print(1)'" in result.stdout

@@ -277,7 +277,9 @@ def test_job_with_a_changed_image_starts_no_rank(
 
 def test_job_script_without_a_key_or_opted_out_has_no_check(invoke, image_keys: ImageKeys) -> None:
     """No site key: nothing to verify against, no check; --no-verify: the explicit opt-out."""
-    base = ("job", "--site", "deepops", "--nodes", "1", "--", "python", "x.py")
+    # (DeepOps' node size from the command line: no Slurm to ask here)
+    base = ("job", "--site", "deepops", "--nodes", "1", "--gpus-per-node", "4",
+            "--cpus-per-worker", "8", "--", "python", "x.py")
     assert "apptainer verify" not in invoke(*base).stdout
     opted = invoke(*base[:-3], "--image-key", str(image_keys.public), "--no-verify", *base[-3:])
     assert opted.returncode == 0, opted.stderr

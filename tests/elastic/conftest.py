@@ -1,9 +1,12 @@
 """Fixtures of the elastic-cluster tests: a Slurm of their own, and HPCClusters that always close.
 
 The HPCCluster runs in the test's process (as in a notebook); its jobs go to a real Slurm with
-three emulated nodes of 16 CPUs and a ``short`` partition (MaxTime 1 minute) whose limit a
-longer walltime breaks. The plugin checks that Slurm for jobs left after every test, as it
-checks the session's, and the jobs' processes carry the test's tag (sbatch exports it).
+three emulated nodes of 32 CPUs, 512 GiB and 2 GPUs (GRES, EMULATED devices: a job that asks for
+them gets ``CUDA_VISIBLE_DEVICES`` from Slurm, as on DeepOps), a ``short`` partition (MaxTime 1
+minute) whose limit a longer walltime breaks, and the partitions dask-jobqueue's documented
+``SLURMCluster`` calls name (``normal``, ``regular``, ``savio2_bigmem``). The plugin checks
+that Slurm for jobs left after every test, as it checks the session's, and the jobs' processes
+carry the test's tag (sbatch exports it).
 """
 
 from __future__ import annotations
@@ -21,13 +24,16 @@ from harness.slurm import SlurmCluster
 
 from dask_hpc import HPCCluster
 
-NODES, CPUS = 3, 16
+NODES, CPUS, GPUS, MEMORY_MB = 3, 32, 2, 512 * 1024
+PARTITIONS = {"short": "MaxTime=1", "normal": "", "regular": "", "savio2_bigmem": ""}
 
 
 @pytest.fixture(scope="session")
 def elastic_slurm() -> Iterator[SlurmCluster]:
     base = Path(tempfile.mkdtemp(prefix="dask-hpc-elastic-slurm-"))
-    cluster = SlurmCluster(base, nodes=NODES, cpus=CPUS, partitions={"short": "MaxTime=1"})
+    cluster = SlurmCluster(
+        base, nodes=NODES, cpus=CPUS, gpus=GPUS, memory_mb=MEMORY_MB, partitions=PARTITIONS
+    )
     cluster.start()
     watch_slurm_jobs(cluster)
     try:

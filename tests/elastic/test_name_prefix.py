@@ -6,12 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
-from support import start_cluster
+from support import placeholder_scheduler_file, start_cluster
 
 
 def test_joining_workers_take_the_prefix(run_cmd, cluster_env, tmp_path: Path) -> None:
-    sched = tmp_path / "scheduler.json"
-    sched.write_text("{}")
+    sched = placeholder_scheduler_file(tmp_path / "scheduler.json")
     result = run_cmd(
         [*start_cluster(), "cpu", "2", "--join", str(sched), "--name-prefix", "c1-cpu-7",
          "--dry-run"],
@@ -31,8 +30,7 @@ def test_joining_workers_take_the_prefix(run_cmd, cluster_env, tmp_path: Path) -
     ],
 )
 def test_bad_prefix_is_one_line(run_cmd, cluster_env, tmp_path: Path, args: list[str]) -> None:
-    sched = tmp_path / "scheduler.json"
-    sched.write_text("{}")
+    sched = placeholder_scheduler_file(tmp_path / "scheduler.json")
     argv = [a.format(sched=sched) for a in args]
     result = run_cmd([*start_cluster(), "cpu", "1", *argv, "--dry-run"], env=cluster_env)
     assert result.returncode == 2, result.stderr

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slurm
 
 HPC_CLUSTER = [sys.executable, "-m", "dask_hpc.elastic"]
 PROBE = (
-    "from distributed import Client; c = Client(); "
-    "print('WORKERS', len(c.scheduler_info()['workers']), c.scheduler.address[:6])"
+    "import os; from distributed import Client; c = Client(); "
+    "print('WORKERS', len(c.scheduler_info()['workers']), c.scheduler.address[:6]); "
+    "print('LINK', os.environ['DASK_DISTRIBUTED__DASHBOARD__LINK'])"
 )
 
 
@@ -31,6 +32,12 @@ def test_up_runs_a_command_on_the_cluster_then_closes_it(run_cmd, shell_env, ela
     assert "WORKERS 2 tls://" in result.stdout, result.stdout + result.stderr
     assert "closed" in result.stderr
     assert elastic_slurm.jobs() == []
+    # Its stderr is no terminal (a job's log, a pipe): the dashboard link without its token.
+    link = re.search(r"^LINK (\S+)$", result.stdout, re.M).group(1)
+    token = re.search(r"token=([\w-]+)", link).group(1)
+    assert token not in result.stderr, result.stderr
+    assert f"dashboard: {link.split('?')[0]}\n" in result.stderr, result.stderr
+    assert "hpc-cluster links" in result.stderr
 
 
 def test_a_running_cluster_is_scaled_watched_and_closed_from_another_shell(

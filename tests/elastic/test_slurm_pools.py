@@ -1,8 +1,9 @@
 """Pools: CPU and GPU workers in one cluster; adapt grows the pool the waiting tasks need.
 
-The GPU pool's jobs run on the DeepOps site profile (Slurm, NVIDIA) with
-``CUDA_VISIBLE_DEVICES=0`` given to each job: start-cluster makes dask-cuda workers with
-``GPU=1``, with dask-cuda's switch for machines without a GPU (emulated: there is none here).
+The GPU pool's jobs run on the DeepOps site profile (Slurm, NVIDIA): they ask Slurm for a GPU
+(``--gres=gpu:1``, the count read back from ``sinfo``), Slurm gives each job's tasks its
+``CUDA_VISIBLE_DEVICES`` (EMULATED GRES devices), and start-cluster makes dask-cuda workers with
+``GPU=1``, with dask-cuda's switch for machines without a GPU (there is none here).
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ def test_adapt_grows_only_the_pool_whose_resources_the_tasks_need(
     make_cluster, wait_for
 ) -> None:
     cluster = make_cluster("cpu", workers_per_node=1, site="deepops", walltime="00:10:00")
-    cluster.add_pool("gpu", workers_per_node=1, job_env={"CUDA_VISIBLE_DEVICES": "0"})
+    cluster.add_pool("gpu", workers_per_node=1)
     assert "--name-prefix" in cluster.job_script("gpu") and " gpu 1 " in cluster.job_script("gpu")
+    assert "#SBATCH --gres=gpu:1\n" in cluster.job_script("gpu")
     cpu, gpu = cluster.pools["cpu"], cluster.pools["gpu"]
     cluster.adapt(minimum_jobs=0, maximum_jobs=2, interval="300ms", wait_count=3)
     client = cluster.get_client()
@@ -50,7 +52,7 @@ def test_adapt_grows_only_the_pool_whose_resources_the_tasks_need(
 
 def test_pools_scale_on_their_own(make_cluster, wait_for) -> None:
     cluster = make_cluster("cpu", workers_per_node=2, site="deepops", walltime="00:10:00")
-    cluster.add_pool("gpu", workers_per_node=1, job_env={"CUDA_VISIBLE_DEVICES": "0"})
+    cluster.add_pool("gpu", workers_per_node=1)
     cluster.scale(jobs=1)
     cluster.scale(jobs=1, pool="gpu")
     client = cluster.get_client()

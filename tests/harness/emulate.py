@@ -13,6 +13,7 @@ Limits of emulation: every emulated node is this host (``hostname`` is the same 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -269,3 +270,53 @@ def emulated_sbatch_leak(
         env["SLURM_STEP_ID"] = "0"
         env["SLURM_STEPID"] = "0"
     return _env_prefix(env)
+
+
+def plain_pbs_job_env(
+    workdir: Path, hosts: Sequence[str], per_node: int, jobid: str = "7001.pbs01"
+) -> dict[str, str]:
+    """A plain PBS Pro job's variables (``-l select=N:mpiprocs=P``): ``PBS_NODEFILE`` lists
+    each host once per MPI process, as PBS Pro writes it; no PALS, no site names."""
+    env = pbs_job_env(workdir, hosts, jobid, per_node)
+    nodefile = Path(env["PBS_NODEFILE"])
+    nodefile.write_text("".join(f"{h}\n" for h in hosts for _ in range(per_node)))
+    env.update(PBS_O_HOST="login1", PBS_O_WORKDIR=str(workdir))
+    return env
+
+
+def plain_lsf_job_env(
+    workdir: Path, hosts: Sequence[str], per_node: int, jobid: str = "8001"
+) -> dict[str, str]:
+    """A plain LSF job's variables (``-n N -R span[ptile=P]``, no IBM CSM): the host file lists
+    each execution host once per slot, the first of them runs the script."""
+    env = lsf_job_env(workdir, hosts, jobid, per_node)
+    lines = [h for h in hosts for _ in range(per_node)]
+    Path(env["LSB_DJOB_HOSTFILE"]).write_text("\n".join(lines) + "\n")
+    env.update(
+        LSB_HOSTS=" ".join(lines),
+        LSB_MCPU_HOSTS=" ".join(f"{h} {per_node}" for h in hosts),
+        LSB_DJOB_NUMPROC=str(len(lines)),
+        LSB_MAX_NUM_PROCESSORS=str(len(lines)),
+    )
+    return env
+
+
+def mpi_on_path(directory: Path, flavour: str) -> dict[str, str]:
+    """``mpiexec`` and ``mpirun`` in ``directory`` as the REAL Open MPI or MPICH (what a site's
+    MPI module puts on PATH), with what running over made-up host names here needs: Open MPI
+    through ``fake-rsh``, hydra with its fork launcher. Returns the variables to add."""
+    real = {"openmpi": "mpiexec.openmpi", "mpich": "mpiexec.mpich"}[flavour]
+    target = shutil.which(real)
+    if target is None:
+        raise RuntimeError(f"{real} not found: run tests/setup/install.sh")
+    directory.mkdir(parents=True, exist_ok=True)
+    for name in ("mpiexec", "mpirun"):
+        (directory / name).symlink_to(target)
+    if flavour == "mpich":  # hydra starts the proxy beside the mpiexec it was called as
+        (directory / "hydra_pmi_proxy").symlink_to(Path(target).parent / "hydra_pmi_proxy")
+    if flavour == "openmpi":
+        return {
+            "OMPI_MCA_plm_rsh_agent": str(BIN / "fake-rsh"),
+            "OMPI_MCA_plm_rsh_no_tree_spawn": "1",
+        }
+    return {"HYDRA_LAUNCHER": "fork"}

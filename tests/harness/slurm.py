@@ -3,6 +3,11 @@
 One ``slurmctld`` and one ``slurmd -N nodeK`` per emulated node, all on 127.0.0.1 with free
 ports, ``auth/none`` + ``cred/none``, state in a private directory.  Jobs are polled through
 ``scontrol``/``squeue`` (never ``sbatch --wait``).
+
+``gpus=N`` gives each node ``Gres=gpu:N`` (EMULATED GPUs: gres.conf names character devices
+made in the private directory, copies of /dev/null; 22.05 refuses regular files): a job that
+asks for them (``--gres=gpu:N``, ``--gpus-per-node``) gets ``CUDA_VISIBLE_DEVICES`` from
+Slurm, one that does not gets none, as on a DeepOps cluster.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -95,8 +101,12 @@ class SlurmCluster:
         extra_conf: str = "",
         partitions: Mapping[str, str] | None = None,
         slurmd_timeout: int = 30,
+        gpus: int = 0,
+        memory_mb: int = 1024,
     ) -> None:
         self.root = Path(workdir).resolve()
+        self.gpus = gpus
+        self.memory_mb = memory_mb  # RealMemory: what --mem may ask (memory is not consumed)
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.cpus = cpus
         self.partition = partition
@@ -128,12 +138,17 @@ class SlurmCluster:
             (self.root / "spool" / node).mkdir(exist_ok=True)
         ports = free_ports(1 + len(self.nodes))
         ctld_port, node_ports = ports[0], ports[1:]
+        gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
         node_lines = "\n".join(
             f"NodeName={n} NodeHostname={n} NodeAddr=127.0.0.1 Port={p} CPUs={self.cpus} "
             f"Boards=1 SocketsPerBoard=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 "
-            f"RealMemory=1024 State=UNKNOWN"
+            f"RealMemory={self.memory_mb}{gres} State=UNKNOWN"
             for n, p in zip(self.nodes, node_ports, strict=True)
         )
+        extra = self.extra_conf
+        if self.gpus:
+            extra = f"GresTypes=gpu\n{extra}"
+            self._write_gres_conf()
         text = SLURM_CONF_TEMPLATE.format(
             tag=os.getpid(),
             ctld_port=ctld_port,
@@ -143,7 +158,7 @@ class SlurmCluster:
             kill_on_bad_exit=self.kill_on_bad_exit,
             unkillable_timeout=self.unkillable_timeout,
             slurmd_timeout=self.slurmd_timeout,
-            extra=self.extra_conf,
+            extra=extra,
             nodes=node_lines,
             partition=self.partition,
             node_list=",".join(self.nodes),
@@ -154,6 +169,17 @@ class SlurmCluster:
             ),
         )
         self.conf_path.write_text(text)
+
+    def _write_gres_conf(self) -> None:
+        """gres.conf beside slurm.conf: each node's GPUs as character devices (1, 3)."""
+        devices = self.root / "dev"
+        devices.mkdir(exist_ok=True)
+        for i in range(self.gpus):
+            node = devices / f"nvidia{i}"
+            if not node.exists():
+                os.mknod(node, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+        files = f"{devices}/nvidia[0-{self.gpus - 1}]" if self.gpus > 1 else f"{devices}/nvidia0"
+        (self.root / "gres.conf").write_text(f"AutoDetect=off\nName=gpu File={files}\n")
 
     def _daemon_env(self) -> dict[str, str]:
         env = clean_daemon_env(os.environ)

@@ -39,12 +39,14 @@ def wait_for(
 
 
 def free_ports(count: int) -> list[int]:
-    """Return ``count`` distinct TCP ports that were free on 127.0.0.1 a moment ago."""
+    """Return ``count`` distinct TCP ports that were free on every address a moment ago
+    (Slurm's daemons bind 0.0.0.0: a port free on 127.0.0.1 only, in use by a connection from
+    the host's own address, is refused them; seen with 12,000 connections open)."""
     socks = []
     try:
         for _ in range(count):
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
+            s.bind(("0.0.0.0", 0))
             socks.append(s)
         return [s.getsockname()[1] for s in socks]
     finally:

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh Debian 12 machine (run as root).
-# Each part lives in its own script beside this one.
+# Each part lives in its own script beside this one. The Debian packages, the test user and
+# the package itself come first, one after another; then the parts that only add venvs, root
+# filesystems and caches of their own run side by side (they wait on downloads and
+# debootstrap more than on the CPU), each part's output printed whole when it ends.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 # A distribution's own Python (Debian 12, Ubuntu 24.04) refuses pip: say so in one line.
@@ -10,9 +13,33 @@ sys.exit(0 if sys.prefix == sys.base_prefix and os.path.exists(marker) else 1)';
   echo "tests/setup/install.sh: $(command -v python3) is the distribution's own Python, which pip may not change: run with a Python of your own on PATH (a virtual environment, or pyenv as in CI)" >&2
   exit 2
 fi
-for part in packages python dpnp oldest_dask slurm apptainer ansible; do
-  if [ -f "$here/$part.sh" ]; then
-    echo "== tests/setup/$part.sh"
-    bash "$here/$part.sh"
-  fi
+start=$SECONDS
+for part in packages users python; do
+  echo "== tests/setup/$part.sh"
+  t=$SECONDS
+  bash "$here/$part.sh"
+  echo "== tests/setup/$part.sh: $((SECONDS - t)) s"
 done
+
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+side_by_side=(dpnp oldest_dask slurm apptainer ansible)  # ansible.sh's pip needs python.sh's done
+declare -A pids
+for part in "${side_by_side[@]}"; do
+  ( t=$SECONDS; bash "$here/$part.sh"; echo "== tests/setup/$part.sh: $((SECONDS - t)) s" ) \
+    >"$logs/$part.log" 2>&1 &
+  pids[$part]=$!
+done
+failed=()
+for part in "${side_by_side[@]}"; do
+  status=0
+  wait "${pids[$part]}" || status=$?
+  echo "== tests/setup/$part.sh"
+  cat "$logs/$part.log"
+  [ "$status" -eq 0 ] || failed+=("$part (exit $status)")
+done
+echo "== tests/setup/install.sh: $((SECONDS - start)) s"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "tests/setup/install.sh: failed: ${failed[*]} (their output is above)" >&2
+  exit 1
+fi

@@ -12,7 +12,9 @@ PYTHON=${PYTHON:-python3}
 version=${DASK_VERSION:-$("$PYTHON" "$repo/tests/oldest_dask.py")}
 VENV=$CACHE/dask-$version-venv
 STAMP=$VENV/.dask-hpc-oldest-dask
-want="$version | $repo"
+# the suite's own runner as the main environment's (pyproject.toml's addopts name xdist's options)
+TOOLS=("pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5")
+want="$version | $repo | ${TOOLS[*]}"
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.oldest-dask-setup.lock"  # one setup at a time
@@ -25,6 +27,5 @@ rm -f "$STAMP"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 # numpy and pandas: the tests' jobs use them (examples/pi.py, the forkserver preload test)
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$repo" \
-  "dask[distributed]==$version" "distributed==$version" numpy pandas \
-  "pytest>=8" "pytest-timeout>=2.3"
+  "dask[distributed]==$version" "distributed==$version" numpy pandas "${TOOLS[@]}"
 echo "$want" >"$STAMP"

@@ -5,9 +5,12 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # chromium: the dashboard test opens the status page in a real browser (Playwright drives it).
 # sshfs, openssh-server: a network file system between the Ansible tests' nodes (no NFS in the
-# CI kernel); docker-registry: the OCI registry the image tests push to and pull from.
+# CI kernel); docker-registry: the OCI registry the image tests push to and pull from; gpg,
+# gpgv, xz-utils: ansible.sh's root filesystems (here, so that no later part, run side by side
+# with others, needs apt-get).
 need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps
-      iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl)
+      iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl
+      gpg gpgv xz-utils)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

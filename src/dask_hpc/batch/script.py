@@ -22,6 +22,7 @@ import yaml
 from .. import images
 from ..errors import UsageError
 from ..sites import Site, load_site
+from . import requests
 from .templating import Template
 
 WORKER_TYPES = ("cpu", "gpu")
@@ -56,7 +57,7 @@ class JobRequest:
     walltime: str = "01:00:00"
     account: str | None = None
     queue: str | None = None
-    image: str | None = None  # default: dask-hpc-SITE.sif, unless python is given
+    image: str | None = None  # default: the site's (dask-hpc-SITE.sif), unless python is given
     job_name: str = "dask-hpc"
     output: str | None = None
     batch_system: str | None = None  # default: the site's
@@ -70,6 +71,9 @@ class JobRequest:
     binds: Sequence[str] = ()  # paths apptainer exec binds (the cluster's directory)
     image_key: str | None = None  # the site's public key; default: hpc.image-key (issue 21)
     verify_image: bool = True  # False: the explicit opt-out of the image check (issue 21)
+    gpus_per_node: int | None = None  # default: one per gpu worker (batch.requests)
+    cpus_per_worker: int | None = None  # default: the node's CPUs shared out (batch.requests)
+    memory_per_worker: str | int | None = None  # default: not asked (the batch system's default)
 
 
 def parse_walltime(text: str) -> int:
@@ -137,25 +141,65 @@ def launch_command(
     binds: Sequence[str] = (),
     cores: int | None = None,
     threads: int | None = None,
+    fields: Mapping[str, int] | None = None,
 ) -> str:
-    """``LAUNCHER [apptainer exec [--nv|--rocm] IMAGE] ARGV``: one rank per worker."""
-    fields = {
+    """``LAUNCHER [apptainer exec [--nv|--rocm] IMAGE] ARGV``: one rank per worker.
+    ``fields``: the job's shape (``requests.Shape.fields``), else from ``cores``/``threads``.
+    Launcher ``mpi``: a ``case`` on the job's own mpiexec, one line per MPI it may be."""
+    fields = fields or {
         "nodes": nodes,
         "per_node": workers_per_node,
         "ranks": nodes * workers_per_node,
         **per_rank(workers_per_node, cores, threads),
         "gpus_per_rank": 1 if worker_type == "gpu" else 0,
     }
+    command = _exec_argv(argv, image, gpu_flag, binds)
+    if launcher == "mpi":
+        return mpi_case(batch_system, fields, command)
+    return " ".join(p for p in (_prefix(launcher, batch_system, fields), command) if p)
+
+
+def _prefix(launcher: str, batch_system: str | None, fields: Mapping[str, int]) -> str:
+    """The launcher's own words: LAUNCHER-BATCHSYSTEM's line where there is one."""
     launchers = data()["launchers"]
-    key = f"{launcher}-{batch_system}"
-    prefix = launchers.get(key, launchers[launcher]).format(**fields)
+    return str(launchers.get(f"{launcher}-{batch_system}", launchers[launcher])).format(**fields)
+
+
+def mpi_case(batch_system: str | None, fields: Mapping[str, int], command: str) -> str:
+    """A shell ``case`` that runs the launch line of the MPI the job's mpiexec is (its path
+    and ``--version``), or stops with one line when it is none of the batch system's."""
+    flavours = data()["mpi_flavours"]
+    names = data()["mpi_candidates"].get(batch_system or "")
+    if not names:
+        raise UsageError(f"no MPI is known under batch system {batch_system}", "pick --launcher")
+    lines = [
+        "# The MPI of this job's mpiexec, told apart by its path and version:",
+        'mpi="$(command -v mpiexec || true) $(mpiexec --version 2>&1 | head -n 1 || true)"',
+        'case "$mpi" in',
+    ]
+    for name in names:
+        patterns = "|".join(re.sub(r"([ ()])", r"\\\1", p) for p in flavours[name])
+        lines.append(f"  {patterns}) {_prefix(name, batch_system, fields)} {command} ;;")
+    problem = f"mpiexec is none of {', '.join(names)} ($mpi)"
+    fix = "load the site's MPI module, or name the launcher (--launcher)"
+    lines += [
+        f'  *) echo "dask-hpc: {problem}; {fix}" >&2; exit 2 ;;',
+        "esac",
+    ]
+    return "\n".join(lines)
+
+
+def _exec_argv(
+    argv: Sequence[str], image: str | None, gpu_flag: str, binds: Sequence[str]
+) -> str:
+    """ARGV, run inside ``image`` with ``apptainer exec`` when there is one."""
     exec_: list[str] = []
     if image:
         exec_ = ["apptainer", "exec", *gpu_flag.split()]
         for path in binds:
             exec_ += ["--bind", path]
         exec_.append(image)
-    return " ".join(p for p in (prefix, shlex.join([*exec_, *argv])) if p)
+    return shlex.join([*exec_, *argv])
 
 
 def per_rank(ranks_per_node: int, cores: int | None, threads: int | None) -> dict[str, int]:
@@ -174,11 +218,13 @@ def status_from_rank0(launch: str) -> str:
     status = '"$DASK_HPC__EXIT_STATUS_FILE"'
     return "\n".join(
         [
-            'export DASK_HPC__EXIT_STATUS_FILE="$PWD/.dask-hpc-exit-status.$$"',
+            # mktemp: a new file of a random name, the user's alone (a fixed or $$-named one is
+            # one another user of a shared directory can plant first, as a symlink)
+            'export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"',
+            f"trap 'rm -f {status}' EXIT",  # also when the launcher fails (set -e)
             launch,
-            f"status=$(cat {status} 2>/dev/null || echo 1)",
-            f"rm -f {status}",
-            'exit "$status"',
+            f"status=$(cat {status} 2>/dev/null || true)",  # empty: rank 0 wrote nothing
+            'exit "${status:-1}"',
         ]
     )
 
@@ -199,20 +245,27 @@ def render(req: JobRequest) -> str:
     worker_type = req.worker_type or ("gpu" if site.gpu_vendor else "cpu")
     if worker_type not in WORKER_TYPES:
         raise UsageError(f"unknown worker type {worker_type!r}", "use cpu or gpu")
-    per_node = req.workers_per_node or (site.gpu_count if worker_type == "gpu" else None) or 1
-    if per_node < 1:
-        raise UsageError(f"--workers-per-node must be at least 1, not {per_node}")
+    queue = req.queue if not own.batch_queue else None  # a QOS is no partition to ask about
+    shape = requests.job_shape(
+        site,
+        system,
+        kind=worker_type,
+        workers_per_node=req.workers_per_node,
+        gpus_per_node=req.gpus_per_node,
+        cpus_per_worker=req.cpus_per_worker,
+        memory_per_worker=req.memory_per_worker,
+        worker_args=req.cluster_args,
+        queue=queue,
+    )
+    per_node = shape.per_node
     walltime = format_walltime(system["walltime"], parse_walltime(req.walltime))
-    image = req.image or (None if req.python else f"dask-hpc-{site.name}.sif")
+    image = req.image or (None if req.python else site.image)
 
     def directive(fmt: str | None, *args: object, **kw: object) -> list[str]:
         return [system["directive"].format(fmt.format(*args, **kw))] if fmt else []
 
-    shares = per_rank(per_node, site.cpu_cores, site.cpu_threads)
     lines = directive(system["name"], name=req.job_name)
-    lines += directive(system["nodes"], nodes=req.nodes)
-    lines += directive(system["per_node"], per_node=per_node)
-    lines += directive(system.get("cpus_per_rank"), **shares)
+    lines += requests.directives(system, own, shape, req.nodes, worker_type == "gpu")
     lines += directive(system.get("keep_on_node_loss"))
     lines += directive(system["time"], walltime=walltime)
     if req.account:
@@ -233,7 +286,9 @@ def render(req: JobRequest) -> str:
     else:
         launcher = launcher_for(site, name, req.launcher)
         head = ["start-cluster"] if image else [req.python or "python3", "-m", "dask_hpc"]
-        argv = [*head, worker_type, str(per_node), *req.cluster_args]
+        argv = [*head, worker_type, str(per_node), *req.cluster_args, *shape.worker_args]
+        if site.name != "generic" and "--site" not in req.cluster_args:
+            argv += ["--site", site.name]  # DeepOps nodes say nothing a rank could detect
         if req.command:
             argv += ["--", *req.command]
     launch = launch_command(
@@ -246,10 +301,10 @@ def render(req: JobRequest) -> str:
         image=image,
         gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
         binds=req.binds,
-        cores=site.cpu_cores,
-        threads=site.cpu_threads,
+        fields=shape.fields(req.nodes, worker_type == "gpu"),
     )
-    if launcher in data()["status_from_rank0"] and req.command:
+    wrapped = data()["mpi_candidates"].get(name, []) if launcher == "mpi" else [launcher]
+    if set(wrapped) & set(data()["status_from_rank0"]) and req.command:
         launch = status_from_rank0(launch)
     where = "one container per rank" if image else "this Python environment on every rank"
     if req.program is not None:

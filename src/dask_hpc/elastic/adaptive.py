@@ -17,7 +17,9 @@ from typing import Any
 
 from distributed.deploy.adaptive import Adaptive
 
-from . import sizing
+from . import naming, sizing
+from .jobs import Job
+from .pools import Pool
 
 
 class JobAdaptive(Adaptive):
@@ -36,7 +38,8 @@ class JobAdaptive(Adaptive):
             pools = [p for p in self.cluster.pools.values() if p.bounds is not None]
             if not pools:
                 return
-            wanted = await self.cluster._desired_workers(self.target_duration)
+            wanted = await self.desired_workers()
+            resize = self.cluster._reconciler.adapt_pool
             for pool in pools:
                 jobs = sizing.adapt_target(pool, wanted.get(pool.name, 0))
                 have = len(self.cluster.counted(pool))
@@ -44,17 +47,41 @@ class JobAdaptive(Adaptive):
                     self.down_counts.pop(pool.name, None)
                     if jobs > have:
                         self.log.append((self._now(), {"pool": pool.name, "up": jobs}))
-                    await self.cluster._adapt_pool(pool, jobs, close=False)
+                    await resize(pool, jobs, close=False, idle=self.idle_jobs)
                 elif jobs < have:
                     self.down_counts[pool.name] += 1
                     if self.down_counts[pool.name] >= self.wait_count:
                         self.down_counts.pop(pool.name, None)
                         self.log.append((self._now(), {"pool": pool.name, "down": jobs}))
-                        await self.cluster._adapt_pool(pool, jobs, close=True)
+                        await resize(pool, jobs, close=True, idle=self.idle_jobs)
                 else:
                     self.down_counts.pop(pool.name, None)
         finally:
             self._adapting = False
+
+    async def desired_workers(self) -> dict[str, int]:
+        """Workers each pool wants now (scheduler side: ``targets.pool_targets``)."""
+        spec = {
+            p.name: {"resources": p.resources, "threads": p.threads_guess}
+            for p in self.cluster.pools.values()
+        }
+        return await self.cluster.scheduler_comm.dask_hpc_targets(
+            pools=spec, target_duration=self.target_duration
+        )
+
+    async def idle_jobs(self, pool: Pool) -> list[Job]:
+        """Jobs of ``pool`` Dask would close now: every worker idle, and enough memory left
+        for the data (``Scheduler.workers_to_close`` with the job as the group)."""
+        from distributed.protocol import pickle
+
+        names = await self.cluster.scheduler_comm.workers_to_close(
+            key=pickle.dumps(naming.job_key), attribute="name"
+        )
+        wanted = {naming.job_of(n) for n in names}
+        return [
+            j for j in self.cluster.counted(pool)
+            if j.name in wanted and j.workers and j.state == "running"
+        ]
 
     @staticmethod
     def _now() -> float:

@@ -5,6 +5,7 @@
     hpc-cluster scale ~/c.json --jobs 4
     hpc-cluster status ~/c.json
     hpc-cluster down ~/c.json
+    hpc-cluster links ~/c.json                                         # dashboard link + token
     hpc-cluster script cpu --workers-per-node 2                        # print a job script
 
 ``up`` runs the cluster (an ``HPCCluster``) in its own process until COMMAND ends, or until
@@ -25,10 +26,19 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .. import private
+from ..connection import read_scheduler_file
 from ..errors import UsageError
 from ..images import ImageError
+from ..links import hint, links, private_stream, shown
 
 PROG = "hpc-cluster"
+# HPCCluster's settings that pass from the options as they are (the others: _cluster_kwargs)
+MORE_SETTINGS = (
+    "launcher", "pool", "scheduler_walltime", "lifetime_margin", "cpus_per_worker",
+    "memory_per_worker", "gpus_per_node", "interface", "dashboard_address", "directory",
+    "log_directory", "name",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,6 +89,19 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--worker-arg", action="append", default=None, metavar="ARG",
                    help="a start-cluster option for the workers (repeat: --worker-arg=--nthreads "
                    "--worker-arg=4)")
+    p.add_argument("--launcher", help="the launcher in each job (default: the site's)")
+    p.add_argument("--pool", help="the first pool's name (default: KIND)")
+    p.add_argument("--scheduler-walltime", help="the scheduler job's walltime (--scheduler job)")
+    p.add_argument("--lifetime-margin", type=float, metavar="SECONDS",
+                   help="seconds before the walltime by which workers retire")
+    p.add_argument("--cpus-per-worker", type=count, help="CPUs each worker asks for")
+    p.add_argument("--memory-per-worker", help="memory each worker asks for, e.g. 16GB")
+    p.add_argument("--gpus-per-node", type=count, help="GPUs a gpu job asks for per node")
+    p.add_argument("--interface", help="network interface of the scheduler, e.g. ib0")
+    p.add_argument("--dashboard-address", default="127.0.0.1:0", help="HOST:PORT")
+    p.add_argument("--directory", help="where the cluster's files go (a shared file system)")
+    p.add_argument("--log-directory", help="where the jobs' output goes")
+    p.add_argument("--name", help="the cluster's name in Dask (default: its id)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -97,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     script = sub.add_parser("script", help="print the job script, submit nothing")
     _cluster_options(script)
     for name, text in (("scale", "set a pool's jobs"), ("adapt", "adapt a pool in jobs"),
-                       ("status", "the pools and their jobs"), ("down", "close the cluster")):
+                       ("status", "the pools and their jobs"), ("down", "close the cluster"),
+                       ("links", "print the cluster's links, tokens included")):
         s = sub.add_parser(name, help=text)
         s.add_argument("scheduler_file", metavar="SCHEDULER_FILE")
         if name in ("scale", "adapt"):
@@ -141,6 +165,7 @@ def _cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "job_setup": args.job_setup,
         "job_env": dict(args.job_env) if args.job_env else None,
         "worker_args": args.worker_arg,
+        **{key: getattr(args, key) for key in MORE_SETTINGS},
     }
     return {"kind": args.kind, **kwargs}
 
@@ -160,14 +185,16 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
     try:
         cluster.remote_control = True
         if link is not None:
-            link.unlink(missing_ok=True)
-            link.symlink_to(cluster.scheduler_file)
+            private.link(link, cluster.scheduler_file)
         if args.adapt:
             cluster.adapt(minimum_jobs=args.adapt[0], maximum_jobs=args.adapt[1])
         elif args.jobs:
             cluster.scale(jobs=args.jobs)
         say(f"cluster {cluster.cluster_id} up: scheduler file {link or cluster.scheduler_file}")
-        say(f"dashboard: {cluster.dashboard_link}")
+        whole = private_stream()
+        say(f"dashboard: {shown(cluster.dashboard_link, whole)}")
+        if not whole:
+            say(hint(link or cluster.scheduler_file))
         if not command:
             say(f"`{PROG} down {link or cluster.scheduler_file}` or Ctrl-C closes it")
             while not stop and not cluster.close_requested.wait(0.5):
@@ -212,10 +239,25 @@ def script(args: argparse.Namespace) -> int:
 
     # What HPCCluster checks and renders, without a scheduler: its settings alone.
     probe = HPCCluster.__new__(HPCCluster)
-    HPCCluster._settle(probe, **_cluster_kwargs(args), check_commands=False)
+    settings = _cluster_kwargs(args)
+    del settings["name"]  # the running cluster's, not a job's
+    HPCCluster._settle(probe, **settings, check_commands=False)
     pool = next(iter(probe.pools.values()))
     name = naming.job_name(probe.cluster_id, pool.name, 1)
     sys.stdout.write(scripts.render(probe._request(pool, name)))
+    return 0
+
+
+def print_links(scheduler_file: Path) -> int:
+    """The links of any dask-hpc cluster (start-cluster's too), whole: for its owner, who asked."""
+    try:
+        found = links(scheduler_file)
+    except FileNotFoundError:
+        raise UsageError(
+            f"no running cluster at {scheduler_file}", "give its scheduler file"
+        ) from None
+    for name, url in found.items():
+        print(f"{name:<11} {url}")
     return 0
 
 
@@ -224,6 +266,7 @@ def remote(args: argparse.Namespace) -> int:
     from . import state
 
     path = Path(args.scheduler_file).expanduser()
+    read_scheduler_file(path)  # another user's file is refused (UnsafePath) before anything
     if args.command == "down" and path.resolve().parent.is_dir():
         directory = path.resolve().parent
         if (directory / state.STATE).exists() and not state.managed(directory):
@@ -246,7 +289,8 @@ def remote(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(status, indent=2))
             else:
-                print(f"cluster {status['cluster']}  dashboard {status['dashboard']}")
+                dashboard = shown(status["dashboard"], private_stream(sys.stdout))
+                print(f"cluster {status['cluster']}  dashboard {dashboard}")
                 print("pool  kind  workers/job  jobs  queued  running  workers  adapt")
                 for row in status["pools"]:
                     print(f"{row['pool']}  {row['kind']}  {row['workers_per_job']}  "
@@ -290,6 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return up(args, command)
         if args.command == "script":
             return script(args)
+        if args.command == "links":
+            return print_links(Path(args.scheduler_file).expanduser())
         return remote(args)
     except (UsageError, ImageError) as error:
         say(f"error: {error}")

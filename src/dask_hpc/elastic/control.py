@@ -44,7 +44,7 @@ async def apply(cluster: Any, request: dict[str, Any]) -> str:
         if jobs is None:
             jobs = pool.jobs_for_workers(int(request.get("workers") or 0))
         pool.bounds, pool.broken, pool.failures, pool.target = None, None, 0, int(jobs)
-        await cluster._scale_now(pool)
+        await cluster._reconciler.scale_now(pool)
         return f"pool {pool.name}: {jobs} job(s) of {pool.workers_per_job} worker(s)"
     if op == "adapt":
         low, high = request["jobs"]

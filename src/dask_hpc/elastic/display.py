@@ -1,9 +1,12 @@
 """What a person sees of an HPCCluster: its dashboard link (token included; behind JupyterHub,
-through jupyter-server-proxy), a status table per pool, and the Jupyter repr built on Dask's."""
+through jupyter-server-proxy), a status table per pool, the Jupyter repr built on Dask's, and
+the one-line messages it prints (kept in the cluster's logs too)."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import sys
 from typing import Any
 
 import dask.config
@@ -16,13 +19,23 @@ HUB_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"  # through jupyter-s
 class Display:
     """Mixed into HPCCluster, before Dask's Cluster (whose repr it extends)."""
 
+    # What it reads of the cluster. Also its site, batch_system, scheduler, jobs and quiet, not
+    # annotated here: autodoc gives a class annotation's type to the constructor's argument of
+    # the same name (the API page said ``site (Any)``, ``jobs (dict[str, Any])``).
     info: Any
-    scheduler: Any
     pools: dict[str, Any]
-    jobs: dict[str, Any]
-    batch_system: str
-    site: Any
     scheduler_mode: str
+    cluster_id: str
+    _cluster_manager_logs: Any
+
+    def _say(self, message: str) -> None:
+        """One line for the user (kept in the cluster's logs too)."""
+        self._log(f"HPCCluster {self.cluster_id}: {message}")
+
+    def _log(self, log: str) -> None:  # Dask's Cluster._log, on stderr
+        self._cluster_manager_logs.append((datetime.datetime.now(), log))
+        if not self.quiet:
+            print(log, file=sys.stderr, flush=True)
 
     @property
     def dashboard_link(self) -> str:
@@ -90,5 +103,3 @@ class Display:
         text = super().__repr__()
         jobs = sum(1 for j in list(self.jobs.values()) if not j.ended)
         return f"{text[:-1]}, jobs={jobs})"
-
-

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import config
-from ..batch import script
+from ..batch import commands, requests, script
 from ..errors import UsageError
 from ..sites import Site
 from .naming import POOL_NAME
@@ -48,6 +48,9 @@ class Pool:
     worker_args: tuple[str, ...]
     lifetime_margin: float
     threads_guess: int  # threads per worker before any worker has connected
+    cpus_per_worker: int | None = None  # asked of the batch system (batch.requests)
+    memory_per_worker: str | None = None
+    gpus_per_node: int | None = None
     # What the cluster asks of it
     target: int = 0  # jobs
     bounds: tuple[int, float] | None = None  # adaptive (minimum, maximum) jobs, or manual
@@ -63,8 +66,12 @@ class Pool:
 
     @property
     def resources(self) -> dict[str, float]:
-        """What each of its workers offers tasks (start-cluster gives gpu workers GPU=1)."""
-        return {"GPU": 1} if self.kind == "gpu" else {}
+        """What each of its workers offers tasks (start-cluster gives gpu workers GPU=1, and
+        what its ``--resources`` says)."""
+        from ..cli import resource_spec
+
+        given = requests.option_value(self.worker_args, "--resources")
+        return {**({"GPU": 1} if self.kind == "gpu" else {}), **resource_spec(given or "")}
 
     def lifetime(self) -> tuple[float, float]:
         """(duration, stagger) of Dask's worker lifetime: every worker retires within
@@ -122,6 +129,9 @@ class Pool:
             directives=(*self.directives, *([join] if join else [])),
             setup=self.setup,
             binds=binds if self.image else (),
+            gpus_per_node=self.gpus_per_node,
+            cpus_per_worker=self.cpus_per_worker,
+            memory_per_worker=self.memory_per_worker,
         )
 
 
@@ -146,6 +156,10 @@ def make_pool(
     job_env: Mapping[str, str] | None = None,
     worker_args: Sequence[str] | str | None = None,
     lifetime_margin: float | None = None,
+    cpus_per_worker: int | None = None,
+    memory_per_worker: str | int | None = None,
+    gpus_per_node: int | None = None,
+    batch_system: str | None = None,
 ) -> Pool:
     """A pool from the arguments, ``hpc.cluster.*`` and the site; bad input is a UsageError."""
     if not POOL_NAME.fullmatch(name):
@@ -155,8 +169,11 @@ def make_pool(
     if kind not in KINDS:
         raise UsageError(f"unknown worker kind {kind!r}", "use cpu or gpu")
     wpn = _setting(workers_per_node, "workers-per-node")
-    if wpn is None:
-        wpn = (site.gpu_count if kind == "gpu" else None) or 1
+    if wpn is None:  # a GPU count nothing says is a UsageError, not one worker
+        system = batch_system or (site.batch_system if site.batch_system != "none" else None)
+        row = script.system_table(system or commands.detect() or "slurm")
+        gpus = _setting(gpus_per_node, "gpus-per-node")
+        wpn = requests.default_workers_per_node(site, row, kind, _setting(queue, "queue"), gpus)
     nodes = _setting(nodes_per_job, "nodes-per-job")
     for what, value in (("workers_per_node", wpn), ("nodes_per_job", nodes)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -184,7 +201,8 @@ def make_pool(
     for arg in args:
         if arg in ("--join", "--name-prefix", "--", "--jupyter") or arg.startswith("--join="):
             raise UsageError(f"worker_args may not hold {arg}", "the cluster sets it itself")
-    threads = max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1
+    cpus = _setting(cpus_per_worker, "cpus-per-worker")
+    threads = cpus or (max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1)
     return Pool(
         name=name,
         kind=kind,
@@ -201,5 +219,8 @@ def make_pool(
         env={str(k): str(v) for k, v in (_setting(job_env, "job-env") or {}).items()},  # type: ignore[union-attr]
         worker_args=tuple(str(a) for a in args),
         lifetime_margin=margin,
-        threads_guess=threads,
+        threads_guess=int(threads),  # type: ignore[call-overload]
+        cpus_per_worker=cpus,  # type: ignore[arg-type]
+        memory_per_worker=_setting(memory_per_worker, "memory-per-worker"),  # type: ignore[arg-type]
+        gpus_per_node=_setting(gpus_per_node, "gpus-per-node"),  # type: ignore[arg-type]
     )

@@ -24,7 +24,7 @@ from .. import dashboard, heartbeats
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
 from ..lighter_tls import Security
-from ..plan import interface_address
+from ..network import interface_address
 from ..security import TlsFiles
 from . import targets
 

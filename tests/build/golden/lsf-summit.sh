@@ -9,4 +9,4 @@
 set -euo pipefail
 cd "${LS_SUBCWD:-.}"
 module load apptainer
-jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv dask-hpc-summit.sif start-cluster gpu 6 -- python job.py
+jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv dask-hpc-summit.sif start-cluster gpu 6 --site summit -- python job.py

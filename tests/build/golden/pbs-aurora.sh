@@ -11,4 +11,4 @@
 set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"
 module load apptainer
-mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec dask-hpc-aurora.sif start-cluster gpu 6 -- python pi.py
+mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec dask-hpc-aurora.sif start-cluster gpu 6 --site aurora -- python pi.py

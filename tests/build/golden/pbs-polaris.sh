@@ -11,4 +11,4 @@ set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"
 module use /soft/modulefiles
 module load spack-pe-base apptainer
-mpiexec -n 16 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv /eagle/proj/dask.sif start-cluster gpu 4 -- python job.py --size 1e9
+mpiexec -n 16 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv /eagle/proj/dask.sif start-cluster gpu 4 --site polaris -- python job.py --size 1e9

@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"
 
-export DASK_HPC__EXIT_STATUS_FILE="$PWD/.dask-hpc-exit-status.$$"
-mpiexec -n 16 --map-by ppr:8:node:pe=16 --enable-recovery --hostfile "$PBS_NODEFILE" apptainer exec --nv dask-hpc-sophia.sif start-cluster gpu 8 -- python job.py
-status=$(cat "$DASK_HPC__EXIT_STATUS_FILE" 2>/dev/null || echo 1)
-rm -f "$DASK_HPC__EXIT_STATUS_FILE"
-exit "$status"
+export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"
+trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
+mpiexec -n 16 --map-by ppr:8:node:pe=16 --enable-recovery --hostfile "$PBS_NODEFILE" apptainer exec --nv dask-hpc-sophia.sif start-cluster gpu 8 --site sophia -- python job.py
+status=$(cat "$DASK_HPC__EXIT_STATUS_FILE" 2>/dev/null || true)
+exit "${status:-1}"

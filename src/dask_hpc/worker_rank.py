@@ -1,0 +1,139 @@
+"""Any rank but 0: wait for the scheduler file, join the roll call, start this rank's workers,
+run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from . import children, roster, security
+from .connection import SchedulerInfo, poll_delays, read_scheduler_file
+from .errors import StartupError, say
+from .rank import Rank
+
+
+class WorkerRank(Rank):
+    """Any other rank: wait for the scheduler file, start workers, run until told to stop."""
+
+    rank0_lost = False
+    workers_killed = False  # its workers outlasted the wait after SIGTERM
+    roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
+
+    def wait_for_scheduler(self) -> SchedulerInfo | None:
+        plan = self.plan
+        launch = None if plan.join else plan.rank.launch_id
+        deadline = time.monotonic() + plan.timeout
+        delays = poll_delays(plan.poll_interval, plan.poll_max_interval)
+        while True:
+            info = read_scheduler_file(plan.scheduler_file, launch)
+            if info is not None:
+                return info
+            if self.sup.signals or time.monotonic() >= deadline:
+                return None
+            self.sup.poll(min(next(delays), max(0.0, deadline - time.monotonic())))
+
+    def run(self) -> int:
+        plan = self.plan
+        try:
+            info = self.wait_for_scheduler()
+            if info is None:
+                if self.sup.signals:
+                    return 128 + self.sup.signals[0]
+                raise StartupError(
+                    f"no scheduler file from this launch at {plan.scheduler_file} after "
+                    f"{plan.timeout:g} s (rank 0 never started the scheduler)",
+                    "check rank 0's output; raise --timeout if the file system is slow",
+                )
+            if info.tls:
+                os.environ.update(security.tls_env(info.tls))
+            if info.roster and info.token and not plan.join:
+                self._join_roster(info)
+            self.start_workers(info.address, info.tls)
+            return self._until_done(info)
+        finally:
+            if self.roster_fd is not None:  # ending on its own: rank 0 must not report it lost
+                try:
+                    os.write(self.roster_fd, roster.BYE)
+                except OSError:
+                    pass
+            if self.sup.children:
+                self.sup.signal_all(signal.SIGKILL)
+                self.sup.wait_all(10)
+            self.sup.close()
+
+    def _join_roster(self, info: SchedulerInfo) -> None:
+        assert info.roster and info.token
+        try:
+            conn = roster.join(info.roster, info.token, self.plan.rank.rank, self.plan.timeout)
+        except OSError as error:
+            raise StartupError(
+                f"cannot reach rank 0 at {info.roster}: {error}",
+                "check that every node can reach rank 0's node (--interface)",
+            ) from None
+        # Closing the connection tells rank 0 this rank is gone, so only this process's exit
+        # may close it: a copy of its fd that no Python object owns. (When the socket object
+        # closed it, at the end of run(), rank 0 could exit with COMMAND's non-zero status
+        # while this rank was still shutting down its interpreter, and `srun
+        # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
+        self.roster_fd = os.dup(conn.fileno())
+
+        ended = False  # rank 0 said it ends without waiting for this rank any longer
+
+        def on_data() -> None:
+            nonlocal ended
+            try:
+                data = conn.recv(256)
+                if data:
+                    ended = ended or roster.ENDED in data
+                    if roster.STOP in data:  # the cluster ends
+                        self.stop()
+                    return
+            except BlockingIOError:
+                return
+            except OSError:
+                pass
+            self.sup.unwatch(conn.fileno())
+            if self.closed_by_scheduler:
+                return
+            if ended:  # also after its stop request: this rank's workers outlasted the wait
+                say("error: rank 0 ended the cluster before this rank's workers had stopped")
+            elif not self.stopping:
+                say("error: rank 0 is gone (killed, or its node died): stopping this rank")
+            else:
+                return
+            self.rank0_lost = True
+            self.stop()
+
+        self.sup.watch_ready(conn.fileno(), on_data)
+
+    def _until_done(self, info: SchedulerInfo) -> int:
+        while self.sup.children:
+            self.sup.poll(1.0)
+            if self.sup.signals and not self.stopping:
+                self.stop()
+            if time.monotonic() >= self.kill_at:
+                # A nanny host that does not end (a Nanny stuck closing) would otherwise keep
+                # this rank, and the launcher's whole job, running until the walltime.
+                say(
+                    f"error: this rank's workers did not stop within "
+                    f"{self.plan.leave_timeout:g} s of SIGTERM: killed"
+                )
+                self.sup.signal_all(signal.SIGKILL)
+                self.kill_at = float("inf")
+                self.workers_killed = True
+            while self.sup.exited:
+                self.handle_worker_exit(*self.sup.exited.pop(0))
+        if self.rank0_lost:
+            return children.EXIT_SCHEDULER_LOST
+        if self.workers_killed:
+            return children.EXIT_FAILED
+        if self.scheduler_lost and not self.stopping:
+            say(
+                f"error: lost the scheduler at {info.address} (rank 0 or its node died?): "
+                "workers stopped"
+            )
+            return children.EXIT_SCHEDULER_LOST
+        if self.sup.signals and not self.closed_by_scheduler:
+            return 128 + self.sup.signals[0]
+        return 0  # closed by the scheduler: a signal after that is the launcher tidying up
