@@ -1,8 +1,9 @@
 """Faults at scale: a tenth of the ranks killed mid-computation, and ranks stuck at the roll call.
 
-The cluster is benchmarks/scale.py's (imported, not copied): rank 0 is the real
-``start-cluster`` (scheduler, roll call, TLS, its own Nanny and worker, COMMAND) told by an
-emulated Open MPI environment that it is rank 0 of N ranks; the other ranks are simulated, up
+The cluster is benchmarks/scale.py's (``scale_launch``, ``scale_sim``: imported, not copied):
+rank 0 is the real ``start-cluster`` (scheduler, roll call, TLS, its own Nanny and worker,
+COMMAND) told by an emulated Open MPI environment that it is rank 0 of N ranks; the other
+ranks are simulated, up
 to 250 per process, each with start-cluster's own worker class on a shared event loop. Here
 the simulator processes are sized so that whole processes make up the fault: a lost node is
 SIGKILL of the processes holding its ranks (their connections break, as the kernel closes
@@ -58,7 +59,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from scale import RANKS_PER_SIM, REPO, SRC, Launch, dump, split_cpus
+from scale_launch import REPO, SRC, Launch, dump, split_cpus
+from scale_sim import RANKS_PER_SIM
 
 BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
 # Launch -> all connected; -> every worker's first heartbeat sent (Dask opens a second TLS
@@ -91,7 +93,7 @@ def layout(size: int, special: int, role: str) -> list[tuple[int, int, str]]:
 
 
 def worker_names(first: int, count: int, per_rank: int) -> set[str]:
-    """The names the simulated ranks give their workers (as ``scale.sim_rank`` does)."""
+    """The names the simulated ranks give their workers (as ``scale_sim.sim_rank`` does)."""
     ranks = range(first, first + count)
     if per_rank == 1:
         return {str(r) for r in ranks}
@@ -268,9 +270,9 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     lost = len(special_names) if scenario in ("kill", "hang") else 0
     timeout = opts.timeout
     if scenario == "hang":  # Dask checks every worker-ttl seconds: removed within 2 x ttl
-        from dask_hpc import plan
+        from dask_hpc import scaling
 
-        ttl = plan.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
+        ttl = scaling.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
         timeout += 2 * ttl + 60
     command = [
         sys.executable, __file__, "_job",

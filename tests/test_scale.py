@@ -15,6 +15,7 @@ import pytest
 from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
+from dask_hpc import log_summary
 from dask_hpc.scaling import FDS_BASE
 
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
@@ -26,26 +27,30 @@ LIMITS = [
 
 
 @pytest.fixture(autouse=True)
-def _no_filter_left_by_close_workers():
-    """close_workers quiets a logger for the rest of the scheduler's process: here, the tests'."""
+def _no_mute_left_by_close_workers():
+    """close_workers mutes a warning on the terminal for the rest of the scheduler's process:
+    here, the tests'."""
     yield
-    logger = logging.getLogger("distributed.comm.tcp")
-    for drop in [f for f in logger.filters if type(f).__name__ == "_HandshakesCutShort"]:
-        logger.removeFilter(drop)
+    for summary in log_summary._SUMMARIES:
+        summary.muted.discard("tls-refused")
 
 
 @contextlib.contextmanager
-def messages_shown(logger_name: str) -> Iterator[list[str]]:
-    """The warnings and errors of a logger that reach its handlers (its filters passed them)."""
+def messages_shown(logger_name: str, terminal: bool = False) -> Iterator[list[str]]:
+    """The warnings and errors of a logger that reach its handlers (its filters passed them);
+    ``terminal``: a terminal's handler, with its summary of repeated warnings."""
     shown: list[str] = []
     handler = logging.Handler(logging.WARNING)
     handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+    if terminal:
+        log_summary.attach(handler)
     logger = logging.getLogger(logger_name)
     logger.addHandler(handler)
     try:
         yield shown
     finally:
         logger.removeHandler(handler)
+        log_summary._SUMMARIES[:] = [s for s in log_summary._SUMMARIES if s.handler is not handler]
 
 
 def limited(soft: int, hard: int | None, argv: list[str]) -> list[str]:
@@ -121,73 +126,6 @@ def test_aurora_cpu_layout_104_workers_on_each_of_two_nodes(
     assert len(progress) < 208 // 2, progress  # rate-limited, not a line per worker
 
 
-def test_version_check_compares_each_distinct_set_once(monkeypatch) -> None:
-    from distributed import versions
-
-    from dask_hpc.processes import compare_distinct_versions
-
-    original = versions.error_message
-    monkeypatch.setattr(versions, "error_message", original)
-    seen: list[int] = []
-
-    def counting(scheduler, workers, source, source_name="Client"):
-        seen.append(len(workers))
-        return original(scheduler, workers, source, source_name=source_name)
-
-    monkeypatch.setattr(versions, "error_message", counting)
-    compare_distinct_versions()
-    mine = versions.get_versions()
-    other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
-    workers = {f"w{i}": mine for i in range(1000)}
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    workers["odd"] = other  # one worker with another numpy: the warning is still there
-    assert "numpy" in versions.error_message(mine, workers, mine)["warning"]
-    assert seen == [1, 2]  # 1,001 workers, two distinct sets of versions
-    del workers["odd"]  # it left: the warning goes with it
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    workers["none"] = None  # a worker that sent no versions: Dask's "UNKNOWN", kept apart
-    assert versions.error_message(mine, workers, mine) == original(mine, workers, mine)
-    assert seen == [1, 2, 1, 2]
-
-
-def test_version_groups_follow_the_schedulers_workers_without_a_scan(monkeypatch) -> None:
-    """With a real scheduler and workers the groups are kept by its add/remove hooks: a join's
-    version check does not go over every connected worker (O(W) per join, O(W^2) a start)."""
-    import asyncio
-
-    from distributed import Scheduler, Worker, versions
-
-    from dask_hpc.processes import compare_distinct_versions
-
-    monkeypatch.setattr(versions, "error_message", versions.error_message)
-    distinct = compare_distinct_versions()
-
-    class Unscannable(dict):
-        def keys(self):
-            raise AssertionError("the version check went over every worker")
-
-    async def run() -> None:
-        async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
-            scheduler.add_plugin(distinct)
-            workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(3)]
-            await asyncio.gather(*workers)
-            try:
-                assert distinct.key_of.keys() == scheduler.workers.keys()
-                current = Unscannable({w: ws.versions for w, ws in scheduler.workers.items()})
-                assert len(distinct.representatives(current)) == 1  # same versions: 1 of 3
-                mine = versions.get_versions()
-                other = {"packages": {**mine["packages"], "numpy": "0.0.1"}}
-                assert "numpy" in versions.error_message(mine, current, other)["warning"]
-                await workers[0].close()
-                while len(scheduler.workers) > 2:
-                    await asyncio.sleep(0.01)
-                assert distinct.key_of.keys() == scheduler.workers.keys()
-            finally:
-                await asyncio.gather(*(w.close() for w in workers))
-
-    asyncio.run(asyncio.wait_for(run(), 60))
-
-
 def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other() -> None:
     """Dask's remove_worker sends every remaining worker a message about each one that left
     (O(W^2)); close_workers, the end of a cluster, does not: real scheduler and workers."""
@@ -195,11 +133,13 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 
     from distributed import Scheduler, Worker
 
+    from dask_hpc import many_workers
     from dask_hpc.processes import close_workers
 
     async def remove_worker_messages(close) -> int:
         sent = []
         async with Scheduler(host="127.0.0.1", dashboard_address=":0") as scheduler:
+            many_workers.install(scheduler)
             workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(4)]
             await asyncio.gather(*workers)
             for stream in scheduler.stream_comms.values():
@@ -215,6 +155,9 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
                     await asyncio.sleep(0.01)
 
             await asyncio.wait_for(all_removed(), 30)
+            # Dask's state of every worker is gone as always
+            assert not (scheduler.stream_comms or scheduler.host_info or scheduler.aliases)
+            assert not (scheduler.running or scheduler.idle) and scheduler.total_nthreads == 0
         return len(sent)
 
     def one_by_one(scheduler) -> None:  # what Dask does without close_workers
@@ -225,13 +168,17 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
     assert asyncio.run(remove_worker_messages(close_workers)) == 0
 
 
-def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error() -> None:
-    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py)."""
+def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error(monkeypatch) -> None:
+    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py).
+    Here by RPC (Dask's scheduler, which takes none on the stream: tests/test_heartbeats.py)."""
     import asyncio
 
     from distributed import Scheduler, Worker
 
+    from dask_hpc.heartbeats import StreamHeartbeats
     from dask_hpc.worker import HpcWorker
+
+    monkeypatch.setattr(StreamHeartbeats, "offer_wait", 0.2)  # no offer from Dask's scheduler
 
     async def heartbeat_errors_at_close(cls: type[Worker]) -> list[str]:
         with messages_shown("distributed.worker") as shown:
@@ -318,7 +265,7 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
             while not any("TLS handshake failed" in m for m in logged[seen:]):
                 await asyncio.sleep(0.01)  # the listener's warning, bounded by wait_for
 
-    with messages_shown("distributed.comm.tcp") as shown:
+    with messages_shown("distributed.comm.tcp", terminal=True) as shown:
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=False), 30))
         assert sum("TLS handshake failed" in m for m in shown) == 1  # Dask warns while it runs
         asyncio.run(asyncio.wait_for(a_broken_handshake(ending=True), 30))
@@ -326,48 +273,57 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
     assert sum("TLS handshake failed" in m for m in shown) == 1  # not once it ends
 
 
-def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> None:
-    """A full garbage collection walks what was made since the last tenth of the workers."""
-    import gc
-    from types import SimpleNamespace
-
-    from dask_hpc.processes import _LongLivedOutOfGC
-
-    freezes: list[int] = []
-    scheduler = SimpleNamespace(workers={}, tasks={})
-    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
-    plugin = _LongLivedOutOfGC()
-    for i in range(10_000):
-        scheduler.workers[f"w{i}"] = None
-        plugin.add_worker(scheduler, f"w{i}")
-    assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
-    assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
-    assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
-    # A computation's tasks are never frozen: workers that join while it runs freeze nothing.
-    freezes.clear()
-    scheduler.tasks["a-task"] = None
-    for i in range(10_000, 20_000):
-        scheduler.workers[f"w{i}"] = None
-        plugin.add_worker(scheduler, f"w{i}")
-    assert freezes == []
-    del scheduler.tasks["a-task"]
-    plugin.add_worker(scheduler, "w19999")
-    assert freezes == [20_000]
-
-
 def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
-    """benchmarks/scale.py (docs/scale.md) at two small sizes: its table, its scheduler probe's
-    rows, and the goal of a flat cost per worker against a lone rank 0 (not timed here)."""
+    """benchmarks/scale.py (docs/scale.md) at two small sizes, with a short idle period and a
+    small computation: its table, its scheduler probe's rows, the computation's result and
+    the goals (not timed here)."""
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
-    result = run_cmd([sys.executable, str(bench), "--workers", "10", "30"], env=cluster_env,
-                     timeout=300)  # fmt: skip
+    argv = [sys.executable, str(bench), "--workers", "10", "30", "--idle", "1", "--tasks", "300"]
+    result = run_cmd(argv, env=cluster_env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows: dict[str, list[str]] = {}  # the first table's rows (the fits' table repeats labels)
+    rows: dict[str, list[str]] = {}  # the first table's rows
     for line in result.stdout.splitlines():
         if line.startswith("| "):
             label, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
             rows.setdefault(label, cells)
     assert rows["W (= ranks x per rank)"] == ["10", "30"]
-    assert float(rows["scheduler loop CPU per worker: first to last join (ms)"][1]) > 0
-    assert rows["rank 0 open fds"]
-    assert any(key.startswith("rank 0 CPU per worker beyond a lone rank 0's") for key in rows)
+    assert float(rows["scheduler loop CPU per join (ms)"][1]) > 0
+    computed = rows["computation: tasks; submit -> result (s); right"]
+    assert [cell.split("; ")[2] for cell in computed] == ["yes", "yes"]
+    assert rows["workers removed before COMMAND's end (why)"] == ["0", "0"]
+    assert rows["workers at the end / after the start"] == ["10/10", "30/30"]
+    assert rows["rank 0 open fds (rank + scheduler)"]
+    assert any(key.endswith("workers lost before COMMAND's end") for key in rows)
+
+
+# The scheduler loop's CPU per join at 2,000 workers may be at most this many times its value
+# at 500, measured in one test (same machine, same load). See docs/scale.md: a cost that grows
+# with W per join (Dask's version check before 2026-11-23: 2x at 2,000 workers; its dictionary
+# of every worker's versions: ~1.1x at 2,000, 2.8x at 10,000) shows here; the run-to-run spread
+# of the ratio on a loaded 2-core machine is what the margin leaves room for.
+MAX_JOIN_GROWTH = 1.6
+
+
+@pytest.mark.timeout(1500)
+def test_the_schedulers_cost_per_join_does_not_grow_from_500_to_2000_workers(
+    run_cmd, cluster_env, tmp_path: Path
+) -> None:
+    """benchmarks/scale.py at 500 and 2,000 workers, start and shutdown only (issue 28's
+    reduced run): the scheduler's CPU per joining worker stays flat, and it holds one
+    connection per worker (heartbeats on the worker's stream, not a connection of their own)."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
+    out = tmp_path / "scale.json"
+    argv = [sys.executable, str(bench), "--workers", "500", "2000", "--idle", "0", "--tasks",
+            "0", "--json", str(out)]  # fmt: skip
+    result = run_cmd(argv, env=cluster_env, timeout=1400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    sizes = {r["workers"]: r for r in json.loads(out.read_text())}
+    small, large = sizes[500], sizes[2000]
+    growth = large["sched_join_ms"] / small["sched_join_ms"]
+    print(f"scheduler loop CPU per join: {small['sched_join_ms']:.2f} ms at 500 workers, "
+          f"{large['sched_join_ms']:.2f} ms at 2,000 ({growth:.2f}x); open files at rank 0: "
+          f"{small['fds']}, {large['fds']}; load {large['load']:.1f}")  # fmt: skip
+    for r in (small, large):  # the rank's roll call and the scheduler's stream, per worker
+        assert r["fds"] <= 2 * r["workers"] + 300, r["fds"]
+        assert sum(r["dropped"].values()) == 0
+    assert growth <= MAX_JOIN_GROWTH

@@ -26,6 +26,7 @@ import distributed.utils
 from distributed import Nanny
 from distributed.core import Status
 
+from . import log_summary
 from .children import EXIT_CLOSED, EXIT_FAILED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .plan import ProcessSpec, shared_env
@@ -266,4 +267,5 @@ def run(specs: list[ProcessSpec], address: str) -> int:
     try:
         return asyncio.run(_run(specs, address, flags))
     finally:
+        log_summary.flush()  # what the Nannies' listeners refused
         shutil.rmtree(flags, ignore_errors=True)

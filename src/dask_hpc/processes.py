@@ -10,9 +10,7 @@ tells the rank why it ended (see ``children.EXIT_*``).
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
-import logging
 import os
 import signal
 import warnings
@@ -22,12 +20,12 @@ from typing import Any
 import dask.config
 from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
-from distributed.security import Security
 from distributed.utils import get_ip
 
-from . import dashboard
+from . import dashboard, event_loop, heartbeats, log_summary, many_workers
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
+from .lighter_tls import Security
 from .plan import ProcessSpec
 from .worker import LOST_SCHEDULER_REASONS, quiet_stderr, worker_class, worker_kwargs
 
@@ -75,104 +73,9 @@ class _Reporter(SchedulerPlugin):
         self.send(event="remove", address=worker)
 
 
-class _DistinctVersions(SchedulerPlugin):
-    """The connected workers grouped by their package versions, kept up to date as they come
-    and go (the scheduler's add_worker and remove_worker hooks: O(1) per worker)."""
-
-    name = "dask-hpc-distinct-versions"
-
-    def __init__(self) -> None:
-        self.key_of: dict[str, str] = {}  # worker -> its versions, as a string
-        self.holders: dict[str, dict[str, None]] = {}  # versions -> their workers, in order
-
-    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
-        self._add(worker, scheduler.workers[worker].versions)
-
-    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
-        self._remove(worker)
-
-    def _add(self, worker: str, versions: dict | None) -> None:
-        # A string: its hash is computed once (a tuple's is computed on every lookup).
-        key = repr(sorted(versions["packages"].items())) if versions else "UNKNOWN"
-        self.key_of[worker] = key
-        self.holders.setdefault(key, {})[worker] = None
-
-    def _remove(self, worker: str) -> None:
-        key = self.key_of.pop(worker, None)
-        if key is not None:
-            del self.holders[key][worker]
-            if not self.holders[key]:
-                del self.holders[key]
-
-    def representatives(self, workers: dict[str, Any]) -> dict[str, Any]:
-        """One worker (the earliest) of each distinct set of versions among ``workers``.
-
-        The hooks keep the groups in step with the scheduler's workers, so this is O(number of
-        distinct sets). ``workers`` of another size (the hooks have not seen them) are caught
-        up with first, in O(W): a comparison of every worker's keys on every join was 0.10 s
-        of the scheduler's CPU for 2,000 joins (2.5 s at 10,000).
-        """
-        if len(workers) != len(self.key_of):
-            for gone in self.key_of.keys() - workers.keys():
-                self._remove(gone)
-            for new in workers.keys() - self.key_of.keys():
-                self._add(new, workers[new])
-        firsts = (next(iter(holders)) for holders in self.holders.values())
-        return {worker: workers[worker] for worker in firsts}
-
-
-class _LongLivedOutOfGC(SchedulerPlugin):
-    """Keeps the scheduler's long-lived objects out of Python's full garbage collections.
-
-    A full collection walks every object of the process, and the scheduler holds hundreds per
-    worker: each one stalls its event loop for a time that grows with the cluster. Dask's
-    modules, the dashboard, and the workers connected so far (each time their number grew by a
-    tenth) are moved to the collector's permanent generation (``gc.freeze``, O(1)), so a full
-    collection walks what was made since. Measured with benchmarks/scale.py at 1,000 workers
-    (the scheduler's thread CPU in the collector): 5 full collections of ~107 ms, 0.72 s of GC
-    in all; frozen, 3 of ~46 ms, 0.32 s. What is frozen is never collected: at most the cyclic
-    garbage of the moment, ~50 times up to 10,000 workers, and never while the scheduler holds
-    tasks (a computation's task states, cyclic once released, would stay in memory).
-    """
-
-    name = "dask-hpc-long-lived"
-
-    def __init__(self) -> None:
-        gc.freeze()
-        self.next_freeze = 64  # workers
-
-    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
-        if len(scheduler.workers) >= self.next_freeze and not scheduler.tasks:
-            self.next_freeze = int(self.next_freeze * 1.1) + 1
-            gc.freeze()
-
-
-def compare_distinct_versions() -> _DistinctVersions:
-    """Have Dask's version check look at each distinct set of worker versions once.
-
-    ``Scheduler.add_worker`` compares the joining worker's packages with those of every
-    connected worker (``distributed.versions.error_message``): O(W) per worker, O(W^2) per
-    start. Measured with benchmarks/scale.py: half the scheduler's CPU at 2,000 workers. The
-    same warnings come from one worker per distinct set of versions. Returns the groups: a
-    scheduler plugin that keeps them up to date.
-    """
-    from distributed import versions
-
-    original = versions.error_message
-    distinct = _DistinctVersions()
-
-    def error_message(scheduler: Any, workers: dict, source: Any, source_name: str = "Client"):
-        few = distinct.representatives(workers)
-        return original(scheduler, few, source, source_name=source_name)
-
-    versions.error_message = error_message
-    return distinct
-
-
 def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
     """Run the scheduler until it is closed (by a client, or SIGTERM from the rank)."""
     _prepare(spec)
-    distinct_versions = compare_distinct_versions()
     options = spec.options
 
     # A taken dashboard port is reported by the rank in one line (runtime.py), not by Dask's
@@ -191,11 +94,12 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         dashboard.protect(scheduler.http_server, token)  # before any request is served
         reporter = _Reporter(events_fd)
         scheduler.add_plugin(reporter)
-        scheduler.add_plugin(distinct_versions)
-        scheduler.add_plugin(_LongLivedOutOfGC())
+        many_workers.install(scheduler)
+        heartbeats.serve(scheduler)
         _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
+        closing: list[asyncio.Task[None]] = []  # (a task is only weakly held by its loop)
         asyncio.get_running_loop().add_signal_handler(
-            signal.SIGUSR1, lambda: close_workers(scheduler)
+            signal.SIGUSR1, lambda: closing.append(close_workers(scheduler))
         )
         await scheduler
         reporter.send(
@@ -209,37 +113,38 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         await scheduler.finished()
         reporter.flush()  # the last workers' removals
 
-    asyncio.run(serve())
+    try:
+        event_loop.run(serve())  # a loop that does not run thousands of handshakes in a turn
+    finally:
+        log_summary.flush()
     return EXIT_CLOSED
 
 
-class _HandshakesCutShort(logging.Filter):
-    """Drops Dask's warning for a TLS handshake that a closing worker broke off."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Listener on %r: TLS handshake failed")
+CLOSE_PER_TURN = 64  # workers told to close per turn of the event loop (see close_workers)
 
 
-def close_workers(scheduler: Scheduler) -> None:
+def close_workers(scheduler: Scheduler) -> asyncio.Task[None]:
     """Close every worker (and its Nanny), keeping the scheduler up, so the rank sees them go.
 
-    The cluster is ending, so the scheduler stops telling the remaining workers about each one
-    that leaves: Dask's ``remove_worker`` sends every remaining worker a ``remove-worker``
-    message, O(W^2) over a shutdown. Measured with benchmarks/scale.py at 1,000 workers:
-    499,500 messages, 1.2 s of the scheduler's CPU, and each worker handling up to 999 of them.
-    Nor does it warn about the TLS handshakes that closing workers break off (their heartbeat's
-    connection): 161 warnings on the terminal at 1,000 workers.
+    The cluster is ending, so the scheduler no longer goes over the remaining workers for each
+    one that leaves (``many_workers.Workers``), nor warns about the TLS handshakes that closing
+    workers break off (their heartbeat's connection, with Dask's own workers: 161 warnings on
+    the terminal at 1,000 workers). They are told ``CLOSE_PER_TURN`` at a time, one batch per
+    turn of the event loop: all at once, each worker's message went out in one turn of the
+    next (10,000 workers: a turn of 3.0 s of the loop's CPU; ``event_loop``).
     """
-    logging.getLogger("distributed.comm.tcp").addFilter(_HandshakesCutShort())
-    send = scheduler.worker_send
+    log_summary.mute("tls-refused")
+    if isinstance(scheduler.workers, many_workers.Workers):
+        scheduler.workers.ending = True
 
-    def worker_send(worker: str, msg: dict[str, Any]) -> None:
-        if msg.get("op") != "remove-worker":
-            send(worker, msg)
+    async def in_batches() -> None:
+        addresses = list(scheduler.workers)
+        for first in range(0, len(addresses), CLOSE_PER_TURN):
+            for address in addresses[first : first + CLOSE_PER_TURN]:
+                scheduler.close_worker(address)
+            await asyncio.sleep(0)
 
-    scheduler.worker_send = worker_send  # type: ignore[method-assign]
-    for address in list(scheduler.workers):
-        scheduler.close_worker(address)
+    return asyncio.ensure_future(in_batches())
 
 
 def worker_main(spec: ProcessSpec, address: str) -> int:
@@ -270,3 +175,5 @@ def worker_main(spec: ProcessSpec, address: str) -> int:
     except (OSError, asyncio.TimeoutError, TimeoutError) as error:
         say(f"worker {spec.name}: cannot reach the scheduler at {address}: {error}")
         return EXIT_SCHEDULER_LOST
+    finally:
+        log_summary.flush()

@@ -151,10 +151,14 @@ class Roster:
         self.listener.close()
 
 
-def join(address: str, token: str, rank: int, timeout: float) -> socket.socket:
-    """A worker rank's side: connect to rank 0's roster and say who and where we are."""
+def join(
+    address: str, token: str, rank: int, timeout: float, source: str | None = None
+) -> socket.socket:
+    """A worker rank's side: connect to rank 0's roster and say who and where we are
+    (``source``: the address to connect from, else the one that routes there)."""
     host, _, port = address.rpartition(":")
-    conn = socket.create_connection((host, int(port)), timeout=timeout)
+    where = (source, 0) if source else None
+    conn = socket.create_connection((host, int(port)), timeout=timeout, source_address=where)
     keepalive(conn)
     conn.sendall(f"{token} {rank} {socket.gethostname()}\n".encode())
     conn.setblocking(False)

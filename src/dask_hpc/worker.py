@@ -14,8 +14,11 @@ from typing import Any
 import dask.config
 from distributed import Worker
 from distributed.core import Status
-from distributed.security import Security
 from distributed.utils import get_ip
+
+from . import log_summary
+from .heartbeats import StreamHeartbeats
+from .lighter_tls import Security
 
 # Reasons a worker gives when its scheduler went away without closing it.
 LOST_SCHEDULER_REASONS = ("worker-handle-scheduler-connection-broken", "worker-heartbeat-error")
@@ -101,7 +104,8 @@ def quiet_stderr(level: str | None = None) -> None:
 
     The loggers stay at Dask's levels (info), so ``client.get_worker_logs()`` and
     ``get_scheduler_logs()`` hold what they hold under ``dask worker``; only the stream to the
-    terminal is filtered, routine warnings (``ROUTINE``) included.
+    terminal is filtered, routine warnings (``ROUTINE``) included, and Dask's per-worker and
+    per-connection warnings are summarised (``log_summary``).
     """
     level = str(level or dask.config.get("hpc.log-level", "warning")).upper()
     for name in ("distributed", "distributed.client", "bokeh", "tornado"):
@@ -112,6 +116,7 @@ def quiet_stderr(level: str | None = None) -> None:
                 handler.setLevel(level)
                 if level not in ("DEBUG", "INFO"):
                     handler.addFilter(_ROUTINE_FILTER)
+                log_summary.attach(handler)  # at any level: a flood is never useful
 
 
 def worker_kwargs(options: dict[str, Any], address: str) -> dict[str, Any]:
@@ -141,7 +146,8 @@ def worker_class(options: dict[str, Any]) -> type[HpcWorker]:
 class HpcWorker(Worker):
     """``distributed.Worker``, quiet on stderr, remembering why it closed.
 
-    A heartbeat that the worker's own close cuts short is not reported as an error.
+    A heartbeat that the worker's own close cuts short is not reported as an error. Heartbeats
+    go on the worker's stream to a scheduler that takes them there (``heartbeats``).
 
     ``keep_cpus``: the CPUs the launcher bound this process to, re-applied once the worker's
     plugins ran (dask-cuda's ``CPUAffinity`` plugin would otherwise move a rank that
@@ -151,12 +157,15 @@ class HpcWorker(Worker):
     keep_cpus = False
     close_reason = ""
     _registered_flag: str | None = None
+    _asked = True  # whether it asked to send heartbeats on its stream (False once built)
 
     def __init__(self, *args: Any, registered_flag: str | None = None, **kwargs: Any) -> None:
         quiet_stderr()
         self._launcher_cpus = os.sched_getaffinity(0)
         self._registered_flag = registered_flag
         super().__init__(*args, **kwargs)
+        self.scheduler = StreamHeartbeats(self)  # type: ignore[assignment]
+        self._asked = False
 
     @Worker.status.setter  # type: ignore[attr-defined,untyped-decorator]
     def status(self, value: Status) -> None:
@@ -169,6 +178,9 @@ class HpcWorker(Worker):
         worker killed by its first task from one that never reached the scheduler.
         """
         Worker.status.fset(self, value)  # type: ignore[attr-defined]
+        if value == Status.running and not self._asked:
+            self._asked = True  # registered: its stream to the scheduler is open
+            self.scheduler.ask()
         if value == Status.running and self._registered_flag:
             flag, self._registered_flag = self._registered_flag, None
             try:
@@ -192,7 +204,12 @@ class HpcWorker(Worker):
     async def close(self, *args: Any, reason: str = "worker-close", **kwargs: Any) -> Any:
         if not self.close_reason:
             self.close_reason = reason
-        return await super().close(*args, reason=reason, **kwargs)
+        if isinstance(self.scheduler, StreamHeartbeats):
+            self.scheduler.cut_short()
+        try:
+            return await super().close(*args, reason=reason, **kwargs)
+        finally:
+            log_summary.flush()  # what its listener refused, before the process ends
 
 
 class BoundWorker(HpcWorker):

@@ -18,12 +18,12 @@ import sys
 from pathlib import Path
 
 from distributed import Scheduler
-from distributed.security import Security
 from distributed.utils import get_ip
 
-from .. import dashboard
+from .. import dashboard, heartbeats
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
+from ..lighter_tls import Security
 from ..network import interface_address
 from ..security import TlsFiles
 from . import targets
@@ -70,6 +70,7 @@ async def start(
     token = dashboard.new_token()
     dashboard.protect(scheduler.http_server, token)  # before any request is served
     targets.install(scheduler)
+    heartbeats.serve(scheduler)
     await scheduler
     dash = scheduler.services.get("dashboard")
     info = SchedulerInfo(

@@ -1,0 +1,62 @@
+"""The scheduler's event loop: at most ``EVENTS_PER_TURN`` ready connections per turn.
+
+asyncio's loop asks epoll for every ready file descriptor at once, then runs all of their
+callbacks before it looks at anything else: its timers, its other work, and Dask's own
+measure of it (``distributed.admin.tick``). When thousands of workers connect at once, every
+connection with a TLS hello waiting is ready together, and one turn does thousands of
+handshakes: measured with benchmarks/scale.py at 10,000 workers, one turn of 10.7 s of the
+scheduler loop's CPU (at 1,000 workers 0.8-1.5 s), the "event-loop stalls of 6 s" of
+distributed#3691. Asking epoll for at most ``EVENTS_PER_TURN`` of them per turn bounds a
+turn to what those cost (a TLS handshake step is ~1 ms of CPU, a worker's registration ~2 ms):
+the others stay ready and are handed out in the next turns, in turn (epoll puts a reported
+level-triggered descriptor at the back of its ready list). The same work is done, in more,
+shorter turns, with timers and other messages in between.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import select
+import selectors
+import sys
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+EVENTS_PER_TURN = 64
+T = TypeVar("T")
+
+
+class FewEventsPerTurn(getattr(selectors, "EpollSelector", selectors.DefaultSelector)):
+    """An epoll selector that returns at most ``EVENTS_PER_TURN`` ready descriptors a call
+    (used only where epoll exists)."""
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        if timeout is None:
+            timeout = -1
+        elif timeout <= 0:
+            timeout = 0
+        else:  # epoll_wait's resolution is 1 ms: wait at least ``timeout``
+            timeout = math.ceil(timeout * 1e3) * 1e-3
+        try:
+            fd_events = self._selector.poll(timeout, EVENTS_PER_TURN)
+        except InterruptedError:
+            return []
+        ready = []
+        for fd, event in fd_events:
+            key = self._key_from_fd(fd)
+            if key:
+                events = (selectors.EVENT_WRITE if event & ~select.EPOLLIN else 0) | (
+                    selectors.EVENT_READ if event & ~select.EPOLLOUT else 0
+                )
+                ready.append((key, events & key.events))
+        return ready
+
+
+def run(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run(main)`` on a loop with ``FewEventsPerTurn`` (Linux, Python 3.11+; else
+    asyncio's own loop)."""
+    if not hasattr(select, "epoll") or sys.version_info < (3, 11):
+        return asyncio.run(main)
+    with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(FewEventsPerTurn())) as r:
+        return r.run(main)

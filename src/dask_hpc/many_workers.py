@@ -1,0 +1,173 @@
+"""What start-cluster's scheduler does differently so that its cost per worker stays flat.
+
+Each piece answers a measurement of ``benchmarks/scale.py`` (docs/scale.md) and changes
+nothing a Dask user sees: the same warnings, the same state, less work per worker.
+
+- Dask's version check: each joining worker (and each client) is compared with one worker per
+  distinct set of package versions, not with every connected worker.
+- At the cluster's end, removing a worker does not go over every remaining worker.
+- Python's full garbage collections leave the scheduler's long-lived objects alone.
+"""
+
+from __future__ import annotations
+
+import gc
+import inspect
+import sys
+from typing import Any
+
+from distributed import Scheduler
+from distributed.diagnostics.plugin import SchedulerPlugin
+from sortedcontainers import SortedDict
+from tornado.ioloop import PeriodicCallback
+
+
+class _DistinctVersions(SchedulerPlugin):
+    """The connected workers grouped by their package versions, kept up to date as they come
+    and go (the scheduler's add_worker and remove_worker hooks: O(1) per worker)."""
+
+    name = "dask-hpc-distinct-versions"
+
+    def __init__(self) -> None:
+        self.key_of: dict[str, str] = {}  # worker -> its versions, as a string
+        self.holders: dict[str, dict[str, None]] = {}  # versions -> their workers, in order
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        self._add(worker, scheduler.workers[worker].versions)
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        self._remove(worker)
+
+    def _add(self, worker: str, versions: dict | None) -> None:
+        # A string: its hash is computed once (a tuple's is computed on every lookup).
+        key = repr(sorted(versions["packages"].items())) if versions else "UNKNOWN"
+        self.key_of[worker] = key
+        self.holders.setdefault(key, {})[worker] = None
+
+    def _remove(self, worker: str) -> None:
+        key = self.key_of.pop(worker, None)
+        if key is not None:
+            del self.holders[key][worker]
+            if not self.holders[key]:
+                del self.holders[key]
+
+    def representatives(self, workers: SortedDict) -> list[tuple[str, Any]]:
+        """(address, WorkerState) of one worker (the earliest) per distinct set of versions.
+
+        The hooks keep the groups in step with the scheduler's workers, so this is O(number of
+        distinct sets). Workers the hooks have not seen (another count) are caught up with
+        first, in O(W).
+        """
+        if len(workers) != len(self.key_of):
+            for gone in self.key_of.keys() - workers.keys():
+                self._remove(gone)
+            for new in workers.keys() - self.key_of.keys():
+                self._add(new, workers[new].versions)
+        return [(w, workers[w]) for w in (next(iter(h)) for h in self.holders.values())]
+
+
+# Where Dask checks versions: ``{w: ws.versions for w, ws in self.workers.items()}``, passed to
+# ``distributed.versions.error_message`` (Scheduler.add_worker and add_client).
+_VERSION_CHECKS = frozenset(
+    inspect.unwrap(method).__code__ for method in (Scheduler.add_worker, Scheduler.add_client)
+)
+# Where Dask goes over every remaining worker for each one removed (``for w in self.workers``):
+# to drop the pair's bandwidth estimates, and to send each a ``remove-worker`` message.
+_REMOVE_WORKER = inspect.unwrap(Scheduler.remove_worker).__code__
+
+
+class Workers(SortedDict):
+    """``scheduler.workers`` (Dask's SortedDict), whose ``items()`` at Dask's version check
+    holds one worker per distinct set of package versions.
+
+    ``Scheduler.add_worker`` builds a dictionary of every connected worker's versions to
+    compare the joining worker's with: O(W) per join, O(W^2) per start, with no hook between
+    building it and checking it. Measured with benchmarks/scale.py: half the scheduler's CPU at
+    2,000 workers while Dask compared every pair (fixed since 2026-11-23 by comparing the
+    distinct sets: same warnings); building the dictionary alone, 0.4 us per worker, ~2 ms per
+    join at 10,000 workers, as much as the rest of a join. The same warnings come from one
+    worker per distinct set: that is what the version check's call sites (add_worker,
+    add_client, recognised by their code object) iterate; everything else sees every worker.
+    """
+
+    distinct: _DistinctVersions | None = None
+    ending = False  # the cluster ends (see __iter__)
+
+    def items(self) -> Any:
+        if self.distinct is not None and sys._getframe(1).f_code in _VERSION_CHECKS:
+            return self.distinct.representatives(self)
+        return super().items()
+
+    def __iter__(self) -> Any:
+        """Every worker, but none to ``Scheduler.remove_worker`` once the cluster ends.
+
+        Dask's ``remove_worker`` goes over every remaining worker twice per removal: to drop
+        the pair's bandwidth estimates and to tell each that the worker left. When the cluster
+        ends and every worker is closed, both are work for nothing, and O(W^2) in all:
+        499,500 messages at 1,000 workers (1.2 s of the scheduler's CPU), ~50 million at
+        10,000 (replayed, the two loops alone: 0.21 s at 1,000 workers, 0.74 s at 2,000, ~18 s
+        at 10,000). Its state of each worker (``self.workers``, comms, hosts, tasks) is
+        removed as always.
+        """
+        if self.ending and sys._getframe(1).f_code is _REMOVE_WORKER:
+            return iter(())
+        return super().__iter__()
+
+
+class _LongLivedOutOfGC(SchedulerPlugin):
+    """Keeps the scheduler's long-lived objects out of Python's full garbage collections.
+
+    A full collection walks every object of the process, and the scheduler holds hundreds per
+    worker: each one stalls its event loop for a time that grows with the cluster. Dask's
+    modules, the dashboard, and the workers connected so far (each time their number grew by a
+    tenth) are moved to the collector's permanent generation (``gc.freeze``, O(1)), so a full
+    collection walks what was made since. Measured with benchmarks/scale.py at 1,000 workers
+    (the scheduler's thread CPU in the collector): 5 full collections of ~107 ms, 0.72 s of GC
+    in all; frozen, 3 of ~46 ms, 0.32 s. An idle cluster's heartbeats replace every worker's
+    metrics (nested dictionaries) once per round: at 10,000 workers, 55 full collections of
+    0.46 s (25 s of CPU, the longest 0.97 s) walked them; so what was made is also frozen once
+    a minute while idle. Each freeze comes right after a full collection (cheap: most is frozen
+    already), so no cyclic garbage is frozen, and never while the scheduler holds tasks (a
+    computation's task states, cyclic once released, would stay in memory).
+    """
+
+    name = "dask-hpc-long-lived"
+    idle_every = 60.0  # s between freezes of an idle scheduler
+
+    def __init__(self) -> None:
+        gc.freeze()
+        self.next_freeze = 64  # workers
+        self.timer: PeriodicCallback | None = None
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.timer = PeriodicCallback(lambda: self.freeze(scheduler), self.idle_every * 1000)
+        self.timer.start()
+
+    async def close(self) -> None:
+        if self.timer is not None:
+            self.timer.stop()
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        if len(scheduler.workers) >= self.next_freeze and self.freeze(scheduler):
+            self.next_freeze = int(self.next_freeze * 1.1) + 1
+
+    @staticmethod
+    def freeze(scheduler: Scheduler) -> bool:
+        """Collect, then freeze what is left (not while there are tasks); whether it did."""
+        if scheduler.tasks:
+            return False
+        gc.collect()
+        gc.freeze()
+        return True
+
+
+def install(scheduler: Scheduler) -> _DistinctVersions:
+    """Set up a scheduler not yet started (no worker yet); returns its groups of versions."""
+    assert not scheduler.workers, "before any worker joins"
+    distinct = _DistinctVersions()
+    workers = Workers()
+    workers.distinct = distinct
+    scheduler.workers = workers
+    scheduler.add_plugin(distinct)
+    scheduler.add_plugin(_LongLivedOutOfGC())
+    return distinct

@@ -1,0 +1,146 @@
+"""Heartbeats on the worker's stream (dask_hpc.heartbeats): a real scheduler and workers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from distributed import Scheduler, Worker
+
+from dask_hpc import heartbeats
+from dask_hpc.worker import HpcWorker
+
+
+def no_rpc_heartbeats(scheduler: Scheduler) -> list[str]:
+    """Fail the test's heartbeat RPCs loudly; returns the workers that tried one."""
+    tried: list[str] = []
+
+    def refuse(**kwargs) -> dict:
+        tried.append(kwargs.get("address", "?"))
+        raise AssertionError("a heartbeat came by RPC")
+
+    scheduler.handlers["heartbeat_worker"] = refuse
+    return tried
+
+
+async def until(condition, timeout: float = 30) -> None:
+    async def poll() -> None:
+        while not condition():
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(poll(), timeout)
+
+
+def test_heartbeats_travel_on_the_stream_and_open_no_second_connection() -> None:
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            heartbeats.serve(scheduler)
+            tried = no_rpc_heartbeats(scheduler)
+            async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                ws = scheduler.workers[worker.address]
+                seen = ws.last_seen
+                for _ in range(3):  # Dask's own Worker.heartbeat, as its periodic callback runs
+                    await asyncio.wait_for(worker.heartbeat(), 30)
+                assert ws.last_seen > seen and worker.status.name == "running"
+                assert worker.periodic_callbacks["heartbeat"].callback_time == 500  # its reply
+                assert tried == []
+                assert worker.rpc.open == 0  # no pooled connection to the scheduler
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_dasks_own_worker_still_heartbeats_by_rpc_to_such_a_scheduler() -> None:
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            heartbeats.serve(scheduler)
+            async with Worker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                seen = scheduler.workers[worker.address].last_seen
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                assert scheduler.workers[worker.address].last_seen > seen
+                assert worker.rpc.open == 1  # Dask's pooled heartbeat connection
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_scheduler_that_does_not_offer_gets_rpc_heartbeats(monkeypatch) -> None:
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "offer_wait", 0.2)
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                seen = scheduler.workers[worker.address].last_seen
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                assert scheduler.workers[worker.address].last_seen > seen
+                assert worker.rpc.open == 1
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_heartbeat_waiting_on_the_stream_when_its_worker_closes_is_not_an_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            heartbeats.serve(scheduler)
+            arrived = asyncio.Event()
+            scheduler.stream_handlers[heartbeats.BEAT] = lambda **kwargs: arrived.set()  # mute
+            worker = await HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1")
+            await until(lambda: worker.scheduler._offered.is_set())
+            beat = asyncio.ensure_future(worker.heartbeat())
+            await asyncio.wait_for(arrived.wait(), 30)
+            await asyncio.wait_for(worker.close(), 30)
+            await asyncio.wait_for(beat, 30)
+
+    with caplog.at_level(logging.WARNING, logger="distributed.worker"):
+        asyncio.run(asyncio.wait_for(run(), 60))
+    assert not [r for r in caplog.records if "heartbeat" in r.getMessage()]
+
+
+def test_a_missing_reply_is_a_failed_heartbeat(monkeypatch) -> None:
+    """A reply that never comes fails like a broken RPC: Dask logs it and the worker runs on."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 0.3)
+
+    async def run() -> list[str]:
+        shown: list[str] = []
+        handler = logging.Handler(logging.ERROR)
+        handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("distributed.worker").addHandler(handler)
+        try:
+            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+                heartbeats.serve(scheduler)
+                scheduler.stream_handlers[heartbeats.BEAT] = lambda **kwargs: None  # no reply
+                async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                    await until(lambda: worker.scheduler._offered.is_set())
+                    await asyncio.wait_for(worker.heartbeat(), 30)
+                    assert worker.status.name == "running"
+        finally:
+            logging.getLogger("distributed.worker").removeHandler(handler)
+        return shown
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == [
+        "Failed to communicate with scheduler during heartbeat."
+    ]
+
+
+def test_an_offer_that_comes_late_moves_the_heartbeats_to_the_stream(monkeypatch) -> None:
+    """A busy scheduler's offer after the first heartbeat went by RPC: the next ones go on the
+    stream, and the RPC's pooled connection is closed (one open file per worker again)."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "offer_wait", 0.2)
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            heartbeats.serve(scheduler)
+            offer = scheduler.stream_handlers["keep-alive"]
+            scheduler.stream_handlers["keep-alive"] = lambda **kwargs: None  # not yet
+            async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                assert worker.rpc.open == 1  # Dask's RPC, on a pooled connection
+                offer(worker=worker.address, **{heartbeats.ASK: True})  # the late answer
+                await until(lambda: worker.scheduler._offered.is_set())
+                tried = no_rpc_heartbeats(scheduler)
+                await asyncio.wait_for(worker.heartbeat(), 30)
+                await until(lambda: worker.rpc.open == 0)
+                assert tried == []
+
+    asyncio.run(asyncio.wait_for(run(), 60))

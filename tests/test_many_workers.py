@@ -1,0 +1,150 @@
+"""The scheduler's cost per worker (dask_hpc.many_workers): Dask's version check sees one
+worker per distinct set of versions, with a real scheduler and workers; and the freezing of
+long-lived objects out of the garbage collector's way."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from distributed import Client, Scheduler, Worker, versions
+
+from dask_hpc import many_workers
+
+
+@pytest.fixture
+def checked(monkeypatch) -> list[int]:
+    """How many workers each of Dask's version checks compared with."""
+    seen: list[int] = []
+    original = versions.error_message
+
+    def counting(scheduler, workers, source, source_name="Client"):
+        seen.append(len(workers))
+        return original(scheduler, workers, source, source_name=source_name)
+
+    monkeypatch.setattr(versions, "error_message", counting)
+    return seen
+
+
+def other_numpy(monkeypatch) -> None:
+    """Workers started from now on report another numpy than the scheduler's."""
+    import distributed.worker
+
+    mine = versions.get_versions()
+    odd = {**mine, "packages": {**mine["packages"], "numpy": "0.0.1"}}
+    monkeypatch.setattr(distributed.worker, "get_versions", lambda: odd)
+
+
+def test_the_version_check_compares_each_distinct_set_of_versions_once(
+    checked, monkeypatch, caplog
+) -> None:
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            distinct = many_workers.install(scheduler)
+            same = [Worker(scheduler.address, nthreads=1, host="127.0.0.1") for _ in range(4)]
+            await asyncio.gather(*same)
+            assert checked == [1, 1, 1, 1]  # each join: one connected worker's versions
+            assert distinct.key_of.keys() == scheduler.workers.keys()
+            assert len(list(scheduler.workers.items())) == 4  # everyone else sees all
+            with monkeypatch.context() as m:
+                other_numpy(m)
+                odd = await Worker(scheduler.address, nthreads=1, host="127.0.0.1")
+            assert checked[-1] == 2  # two distinct sets now: the warning is Dask's own
+            with pytest.warns(versions.VersionMismatchWarning, match="0.0.1"):  # Dask's own
+                async with Client(scheduler.address, asynchronous=True) as client:
+                    assert checked[-1] == 2  # a client's check too
+                    assert len((await client.scheduler.identity())["workers"]) == 5
+            await odd.close()
+            await asyncio.gather(*(w.close() for w in same[:2]))
+            while len(scheduler.workers) > 2:
+                await asyncio.sleep(0.01)
+            assert distinct.key_of.keys() == scheduler.workers.keys()
+            await asyncio.gather(*(w.close() for w in same[2:]))
+
+    with caplog.at_level("WARNING", logger="distributed.worker"):
+        asyncio.run(asyncio.wait_for(run(), 60))
+    assert any("numpy" in r.getMessage() and "0.0.1" in r.getMessage() for r in caplog.records)
+
+
+def test_the_workers_mapping_is_dasks_sorted_dict_everywhere_else() -> None:
+    workers = many_workers.Workers()
+    workers.distinct = many_workers._DistinctVersions()
+    for name in ("c", "a", "b"):
+        workers[name] = None
+    assert list(workers.items()) == [("a", None), ("b", None), ("c", None)]
+    assert list(workers) == ["a", "b", "c"] and workers.items()[0] == ("a", None)
+
+
+def test_groups_are_caught_up_when_the_hooks_missed_workers() -> None:
+    from types import SimpleNamespace
+
+    distinct = many_workers._DistinctVersions()
+    workers = many_workers.Workers()
+    mine = versions.get_versions()
+    for i in range(3):
+        workers[f"w{i}"] = SimpleNamespace(versions=mine)
+    workers["none"] = SimpleNamespace(versions=None)  # sent none: Dask's "UNKNOWN", apart
+    assert [w for w, _ in distinct.representatives(workers)] == ["none", "w0"]
+    del workers["w0"]
+    assert [w for w, _ in distinct.representatives(workers)] == ["none", "w1"]
+
+
+def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> None:
+    """A full garbage collection walks what was made since the last tenth of the workers."""
+    import gc
+    from types import SimpleNamespace
+
+    from dask_hpc.many_workers import _LongLivedOutOfGC
+
+    freezes: list[int] = []
+    scheduler = SimpleNamespace(workers={}, tasks={})
+    monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
+    collected: list[int] = []
+    monkeypatch.setattr(gc, "collect", lambda: collected.append(len(scheduler.workers)))
+    plugin = _LongLivedOutOfGC()
+    for i in range(10_000):
+        scheduler.workers[f"w{i}"] = None
+        plugin.add_worker(scheduler, f"w{i}")
+    assert freezes[:3] == [0, 64, 71]  # Dask's modules, then each tenth more
+    assert all(b >= a * 1.1 for a, b in zip(freezes[1:], freezes[2:], strict=False))
+    assert 45 <= len(freezes) <= 60, len(freezes)  # O(log W), not a freeze per worker
+    assert collected == freezes[1:]  # each right after a collection: no cyclic garbage kept
+    # A computation's tasks are never frozen: workers that join while it runs freeze nothing.
+    freezes.clear()
+    scheduler.tasks["a-task"] = None
+    for i in range(10_000, 20_000):
+        scheduler.workers[f"w{i}"] = None
+        plugin.add_worker(scheduler, f"w{i}")
+    assert freezes == []
+    del scheduler.tasks["a-task"]
+    plugin.add_worker(scheduler, "w19999")
+    assert freezes == [20_000]
+
+
+def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
+    monkeypatch,
+) -> None:
+    """What heartbeats make (every worker's new metrics) is frozen while the cluster idles."""
+    import gc
+
+    from dask_hpc.many_workers import _LongLivedOutOfGC
+
+    monkeypatch.setattr(_LongLivedOutOfGC, "idle_every", 0.05)
+    freezes: list[bool] = []
+
+    async def run() -> None:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+            monkeypatch.setattr(gc, "freeze", lambda: freezes.append(bool(scheduler.tasks)))
+            many_workers.install(scheduler)  # (in start-cluster before the scheduler starts)
+            plugin = scheduler.plugins[_LongLivedOutOfGC.name]
+            await plugin.start(scheduler)
+            while len(freezes) < 2:
+                await asyncio.sleep(0.01)
+            scheduler.tasks["a-task"] = None  # a computation: nothing is frozen meanwhile
+            seen = len(freezes)
+            await asyncio.sleep(0.3)
+            assert len(freezes) == seen
+            del scheduler.tasks["a-task"]
+
+    asyncio.run(asyncio.wait_for(run(), 60))
+    assert freezes and not any(freezes)
