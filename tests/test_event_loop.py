@@ -1,10 +1,12 @@
 """The scheduler's event loop takes at most EVENTS_PER_TURN ready connections a turn, and
-every ready one in its turn (dask_hpc.event_loop)."""
+every ready one in its turn; every loop of ours ends quietly (dask_hpc.event_loop)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import selectors
+import signal
 import socket
 
 import pytest
@@ -40,4 +42,32 @@ def test_run_runs_a_coroutine_on_such_a_loop() -> None:
     async def main() -> type:
         return type(asyncio.get_running_loop()._selector)  # type: ignore[attr-defined]
 
-    assert event_loop.run(main()) is event_loop.FewEventsPerTurn
+    assert event_loop.run(main(), few_events_per_turn=True) is event_loop.FewEventsPerTurn
+
+
+@pytest.mark.parametrize("few_events_per_turn", [False, True])
+def test_a_signal_while_the_loop_closes_writes_to_no_closed_pipe(
+    few_events_per_turn: bool, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """asyncio's close() closes the loop's self-pipe before it removes the signal handlers; a
+    SIGTERM in between (the rank stopping its children) made Python print "Exception ignored
+    when trying to write to the signal wakeup fd" with a traceback. Here the signal comes
+    exactly then."""
+    close_pipe = asyncio.selector_events.BaseSelectorEventLoop._close_self_pipe
+
+    def close_then_signal(loop: asyncio.AbstractEventLoop) -> None:
+        close_pipe(loop)
+        os.kill(os.getpid(), signal.SIGUSR2)
+
+    monkeypatch.setattr(
+        asyncio.selector_events.BaseSelectorEventLoop, "_close_self_pipe", close_then_signal
+    )
+    seen: list[int] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR2, seen.append, 1)
+
+    event_loop.run(main(), few_events_per_turn=few_events_per_turn)
+    assert signal.getsignal(signal.SIGUSR2) == signal.SIG_DFL  # the loop removed its handler
+    err = capfd.readouterr().err
+    assert "wakeup fd" not in err and "Traceback" not in err, err

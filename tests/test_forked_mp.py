@@ -101,7 +101,7 @@ def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged
 
 
 FALLBACK = """
-import multiprocessing, sys
+import multiprocessing, sys, time
 from pathlib import Path
 from multiprocessing import forkserver
 from dask_hpc import forked_mp, nanny_host
@@ -114,7 +114,12 @@ if __name__ == "__main__":
     nanny_host.start_forkserver(1, Path(sys.argv[1]))
     server = forkserver._forkserver._forkserver_pid
     own = Path("/proc/self/cmdline").read_bytes()
-    assert b"forkserver" in Path(f"/proc/{server}/cmdline").read_bytes() != own  # a new Python
+    # A new Python: fork, then exec (until the exec is done, the cmdline is ours, or empty).
+    deadline = time.monotonic() + 30
+    while b"forkserver" not in (seen := Path(f"/proc/{server}/cmdline").read_bytes()):
+        assert time.monotonic() < deadline, f"the forkserver never exec'd: {seen!r}"
+        time.sleep(0.01)
+    assert seen != own
     ctx = multiprocessing.get_context("forkserver")
     queue = ctx.Queue()
     process = ctx.Process(target=square, args=(6, queue))

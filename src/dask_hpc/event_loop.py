@@ -1,4 +1,5 @@
-"""The scheduler's event loop: at most ``EVENTS_PER_TURN`` ready connections per turn.
+"""Our processes' event loops; the scheduler's takes at most ``EVENTS_PER_TURN`` ready
+connections per turn.
 
 asyncio's loop asks epoll for every ready file descriptor at once, then runs all of their
 callbacks before it looks at anything else: its timers, its other work, and Dask's own
@@ -19,6 +20,7 @@ import asyncio
 import math
 import select
 import selectors
+import signal
 import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -53,10 +55,23 @@ class FewEventsPerTurn(getattr(selectors, "EpollSelector", selectors.DefaultSele
         return ready
 
 
-def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run(main)`` on a loop with ``FewEventsPerTurn`` (Linux, Python 3.11+; else
+async def _signals_quiet_at_the_end(main: Coroutine[Any, Any, T]) -> T:
+    try:
+        return await main
+    finally:
+        # asyncio's loop.close() closes its self-pipe before it removes its signal handlers: a
+        # SIGTERM in between (the rank stopping its children) made Python print "Exception
+        # ignored when trying to write to the signal wakeup fd ... Bad file descriptor" and a
+        # traceback (seen once in CI). Signals still reach their handlers, which do nothing.
+        signal.set_wakeup_fd(-1)
+
+
+def run(main: Coroutine[Any, Any, T], *, few_events_per_turn: bool = False) -> T:
+    """``asyncio.run(main)``, the loop's signal handlers quiet once ``main`` is done;
+    ``few_events_per_turn``: on a loop with ``FewEventsPerTurn`` (Linux, Python 3.11+; else
     asyncio's own loop)."""
-    if not hasattr(select, "epoll") or sys.version_info < (3, 11):
-        return asyncio.run(main)
+    quiet = _signals_quiet_at_the_end(main)
+    if not few_events_per_turn or not hasattr(select, "epoll") or sys.version_info < (3, 11):
+        return asyncio.run(quiet)
     with asyncio.Runner(loop_factory=lambda: asyncio.SelectorEventLoop(FewEventsPerTurn())) as r:
-        return r.run(main)
+        return r.run(quiet)

@@ -26,7 +26,7 @@ import distributed.utils
 from distributed import Nanny
 from distributed.core import Status
 
-from . import log_summary
+from . import event_loop, log_summary
 from .children import EXIT_CLOSED, EXIT_FAILED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .plan import ProcessSpec, shared_env
@@ -265,7 +265,7 @@ def run(specs: list[ProcessSpec], address: str) -> int:
     local = specs[0].options["local_directory"]
     flags = Path(tempfile.mkdtemp(prefix=".dask-hpc-nannies-", dir=local))
     try:
-        return asyncio.run(_run(specs, address, flags))
+        return event_loop.run(_run(specs, address, flags))
     finally:
         log_summary.flush()  # what the Nannies' listeners refused
         shutil.rmtree(flags, ignore_errors=True)

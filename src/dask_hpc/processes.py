@@ -114,7 +114,8 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         reporter.flush()  # the last workers' removals
 
     try:
-        event_loop.run(serve())  # a loop that does not run thousands of handshakes in a turn
+        # a loop that does not run thousands of handshakes in a turn
+        event_loop.run(serve(), few_events_per_turn=True)
     finally:
         log_summary.flush()
     return EXIT_CLOSED
@@ -171,7 +172,7 @@ def worker_main(spec: ProcessSpec, address: str) -> int:
         return EXIT_SCHEDULER_LOST if lost else EXIT_CLOSED
 
     try:
-        return asyncio.run(serve())
+        return event_loop.run(serve())
     except (OSError, asyncio.TimeoutError, TimeoutError) as error:
         say(f"worker {spec.name}: cannot reach the scheduler at {address}: {error}")
         return EXIT_SCHEDULER_LOST

@@ -20,7 +20,7 @@ from pathlib import Path
 from distributed import Scheduler
 from distributed.utils import get_ip
 
-from .. import dashboard, heartbeats
+from .. import dashboard, event_loop, heartbeats
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
 from ..lighter_tls import Security
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"scheduler of cluster {args.cluster_id} at {info.address}")
         await scheduler.finished()
 
-    asyncio.run(serve())
+    event_loop.run(serve())
     return 0
 
 
