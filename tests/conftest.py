@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["harness.plugin"]
+pytest_plugins = ["harness.plugin", "harness.tiers"]
 
 
 @pytest.fixture
@@ -23,28 +23,3 @@ def cluster_env(tagged_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     for var in [v for v in env if v.startswith(drop)]:
         del env[var]
     return env
-
-
-# Session fixtures too costly to make once per pytest-xdist worker (the converged Ansible
-# targets, the built image): the tests that use them run in one worker, together.
-SHARED_SESSION = {("ansible", "env"): "ansible targets", ("build", "local_image"): "local image"}
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Keep together, under ``-n N --dist loadgroup``, the tests that share a costly fixture:
-    a module-scoped one (one worker per file) or one of ``SHARED_SESSION``. The rest spread."""
-    for item in items:
-        if item.get_closest_marker("xdist_group"):
-            continue
-        group = None
-        for name, defs in item._fixtureinfo.name2fixturedefs.items():
-            fixture = defs[-1]
-            where = Path(fixture.baseid.split("::")[0]).parts[1:2]  # tests/<dir>/...
-            if fixture.scope == "session" and (*where, name) in SHARED_SESSION:
-                group = SHARED_SESSION[(*where, name)]
-                break
-            if fixture.scope in ("module", "package", "class"):
-                group = item.nodeid.split("::")[0]
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))

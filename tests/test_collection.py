@@ -33,3 +33,17 @@ def test_every_test_file_is_collected() -> None:
     assert files and not missing, f"never collected by `python3 -m pytest`: {missing}"
     dirs = {str(Path(f).parent) for f in files}
     assert {"tests", "tests/build", "tests/ansible", "tests/spack", "tests/elastic"} <= dirs
+
+
+def test_the_slow_list_names_real_tests_and_docs_show_it() -> None:
+    """Each test on tests/slow_tests.py exists, and docs/install.md lists each with the
+    session fixtures that make their tests slow."""
+    from slow_tests import SLOW, SLOW_FIXTURES
+
+    docs = (REPO / "docs" / "install.md").read_text()
+    for test_id in SLOW:
+        path, name = test_id.split("::")
+        assert f"def {name}(" in (REPO / path).read_text(), f"no test {test_id}"
+        assert f"`{name}`" in docs, f"docs/install.md does not list {test_id}"
+    for where, fixture in SLOW_FIXTURES:
+        assert f"`{fixture}` (tests/{where}/)" in docs, f"docs/install.md: {where}/{fixture}"
