@@ -22,6 +22,8 @@ SLOW = {
         "2,500 simulated TLS workers join a real scheduler (80 s)",
     "tests/test_scale.py::test_aurora_cpu_layout_104_workers_on_each_of_two_nodes":
         "208 real workers on 2 cores (79 s)",
+    "tests/test_scale.py::test_the_scale_benchmark_runs_and_prints_its_table":
+        "the scale benchmark's every phase at 10 and 30 workers (43-69 s)",
     "tests/test_scale_faults.py::test_the_scale_faults_benchmark_runs_and_prints_its_table":
         "the fault benchmark's every scenario, reduced (57 s)",
     "tests/ansible/test_ansible_static.py::test_wheel_build_is_cached_and_reproducible":

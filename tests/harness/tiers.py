@@ -71,7 +71,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     groups: dict[str, float] = {}
     for nodeid, seconds in _took.items():
-        if "@" in nodeid:  # xdist's loadgroup names a test's group after an @
+        # xdist's loadgroup names a test's group after an @ (parameters may hold one too)
+        if "@" in nodeid and not nodeid.endswith("]"):
             group = nodeid.rsplit("@", 1)[1]
             groups[group] = groups.get(group, 0.0) + seconds
     if groups:
