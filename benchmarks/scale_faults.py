@@ -251,7 +251,7 @@ def phase_of(t: float, marks: dict) -> str:
 
 
 def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
-    launch = Launch(opts.workers, opts.per_rank, tmp / scenario)
+    launch = Launch(opts.workers, opts.per_rank, tmp / scenario, inline_tasks=False)
     size = launch.size
     fraction = {"kill": opts.kill_fraction, "stuck": opts.stuck_fraction,
                 "hang": opts.hang_fraction}  # fmt: skip

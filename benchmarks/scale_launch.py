@@ -109,6 +109,10 @@ class Launch:
     workers: int
     per_rank: int
     tmp: Path
+    # Tasks on the simulators' event loops (scale.py's take microseconds); False: in Dask's
+    # thread pools (scale_faults.py's sleep for a second each: inline, a simulator's 250
+    # workers ran them one after another and the kill scenario never finished in 600 s).
+    inline_tasks: bool = True
     size: int = 0
     job: str = ""
     env: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -214,6 +218,7 @@ class Launch:
             "--poll-max-interval", str(scaling.poll_max_interval(self.size)),
             "--death-timeout", str(needs.start_timeout),
             "--settled-dir", str(self.settled),
+            *([] if self.inline_tasks else ["--task-threads"]),
         ]  # fmt: skip
         with open(out.with_suffix(".err"), "wb") as err:  # a file: a full pipe would block it
             proc = subprocess.Popen(

@@ -170,7 +170,7 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
                 host=host,
                 protocol="tls",
                 death_timeout=args.death_timeout,
-                executor=InlineExecutor(),
+                **({} if args.task_threads else {"executor": InlineExecutor()}),
             )
         )
     # Dask adds a log handler per Worker object to the "distributed.worker" logger: with 250
@@ -238,6 +238,7 @@ def main() -> int:
         p.add_argument(f"--{name}", type=float, required=True)
     for name in ("job", "scheduler-file", "local", "out", "settled-dir"):
         p.add_argument(f"--{name}", required=True)
+    p.add_argument("--task-threads", action="store_true", help="tasks in Dask's thread pools")
     sys.path.insert(0, str(SRC))
     return asyncio.run(sim_main(p.parse_args()))
 
