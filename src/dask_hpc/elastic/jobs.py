@@ -7,12 +7,12 @@ cluster adds what Dask says (its workers, by name) and what it asked (retire, ca
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import private
 from ..batch.commands import BatchSystem, State
 from ..errors import UsageError
 
@@ -91,9 +91,7 @@ class BatchClient:
     async def submit(self, job: Job, text: str) -> str:
         """Submit ``text`` as ``job``; its id, or a UsageError with the batch system's words."""
         path = self.script_dir / f"{job.name}.sh"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o700)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        private.write_file(path, text.encode(), mode=0o700)
         argv, use_stdin = self.system.submit_argv(str(path))
         code, out, err = await run(argv, stdin=text.encode() if use_stdin else None)
         job_id = self.system.job_id(out) if code == 0 else None

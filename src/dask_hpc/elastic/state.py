@@ -92,12 +92,7 @@ def save(cluster: Any, text_before: str | None) -> str:
     """Write ``cluster.json`` if it changed; the text written (or kept)."""
     text = json.dumps(snapshot(cluster), indent=1, sort_keys=True)
     if text != text_before:
-        path = cluster.directory / STATE
-        tmp = path.with_name(f".{STATE}.{os.getpid()}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        private.write_file(cluster.directory / STATE, text.encode())
     return text
 
 
