@@ -407,10 +407,14 @@ def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
     """Rank 1's Nannies block as they close (their whole process, SIGTERM handler included):
     told to stop by rank 0, rank 1 kills its nanny host after its wait rather than running on
     until the walltime (seen at scale: the launcher never returned) and exits 1; rank 0 waits
-    longer than that, so it sees rank 1 end rather than giving up on it."""
+    longer than that, so it sees rank 1 end rather than giving up on it; the killed host's
+    forkserver socket directory is removed all the same (by its rank)."""
     job = launch("openmpi")
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     env = {
         **job.env,
+        "TMPDIR": str(tmpdir),
         "DASK_DISTRIBUTED__NANNY__PRELOAD": json.dumps(["hang_at_close"]),
         "PYTHONPATH": os.pathsep.join([str(FAULTY.parent), job.env.get("PYTHONPATH", "")]),
     }
@@ -422,6 +426,7 @@ def test_a_rank_whose_nanny_hangs_while_closing_is_killed_not_left_running(
     assert "rank 0 ended the cluster" not in run.stderr, run.output()
     assert "rank 0 is gone" not in run.stderr, run.output()
     assert code != 0, run.output()  # rank 1 did not end cleanly: the launcher says so
+    assert [p.name for p in tmpdir.iterdir()] == [], "private directories left behind"
     record(
         "Nanny hangs while closing",
         "openmpi",

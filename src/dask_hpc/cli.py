@@ -247,6 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
             os.sched_setaffinity(0, plan.widen_cpus)
         local = private_local_directory(plan)
+        host = None
         try:
             host = nanny_host.start(plan)
             from .runtime import run
@@ -254,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run(plan, host)
         finally:  # every process of the rank has ended: nothing writes there any more
             shutil.rmtree(local, ignore_errors=True)
+            if host is not None:
+                shutil.rmtree(host.directory, ignore_errors=True)
     except UsageError as error:
         say(f"error: {error}")
         return error.exit_code

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import multiprocessing.forkserver
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,11 +26,13 @@ from .plan import Plan, ProcessSpec, shared_env
 
 @dataclass(frozen=True)
 class NannyHost:
-    """A forked nanny host: its pid, and the pipe that will carry the scheduler's address."""
+    """A forked nanny host: its pid, the pipe that will carry the scheduler's address, and its
+    forkserver's socket directory (the rank removes it: a host killed mid-way cannot)."""
 
     pid: int
     pipe: int
     spec: ProcessSpec
+    directory: Path
 
 
 def start(plan: Plan) -> NannyHost | None:
@@ -39,11 +40,14 @@ def start(plan: Plan) -> NannyHost | None:
     specs = [spec for spec in plan.processes if spec.role == "worker"]
     if not specs or not specs[0].options["nanny"]:
         return None
+    # Private (0700), for the forkserver's socket; made and removed by the rank, which outlives
+    # the host (a host SIGKILLed after its wait, or by the launcher, left it behind).
+    directory = private.socket_directory("dask-hpc-mp-", len(forked_mp.SOCKET_NAME))
     read_fd, write_fd = os.pipe()
-    pid = fork(serve, specs, read_fd, write_fd)
+    pid = fork(serve, specs, read_fd, write_fd, directory)
     os.close(read_fd)
     spec = ProcessSpec("nannies", f"nannies of rank {plan.rank.rank}", {})
-    return NannyHost(pid, write_fd, spec)
+    return NannyHost(pid, write_fd, spec, directory)
 
 
 def send_start(pipe: int, address: str, env: dict[str, str]) -> None:
@@ -105,7 +109,7 @@ def start_forkserver(workers: int, directory: Path) -> None:
         multiprocessing.forkserver.ensure_running()
 
 
-def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
+def serve(specs: list[ProcessSpec], pipe: int, rank_end: int, directory: Path) -> int:
     """The nanny host's main: start the forkserver at once, then, given the scheduler's
     address on ``pipe``, this rank's workers; run until every one has closed.
 
@@ -120,18 +124,13 @@ def serve(specs: list[ProcessSpec], pipe: int, rank_end: int) -> int:
         env["RAPIDS_NO_INITIALIZE"] = "True"
     os.environ.update(env)
     dask.config.refresh()
-    # Private (0700), for the forkserver's socket; removed when this host ends.
-    directory = private.socket_directory("dask-hpc-mp-", len(forked_mp.SOCKET_NAME))
-    try:
-        start_forkserver(len(specs), directory)
-        from . import nannies
+    start_forkserver(len(specs), directory)
+    from . import nannies
 
-        nannies.skip_preload_imports()
-        start = read_json(pipe)  # once the rank knows its scheduler (None: it ended first)
-        if start is None:
-            return EXIT_CLOSED
-        os.environ.update(start["env"])  # the cluster's TLS settings
-        dask.config.refresh()
-        return nannies.run(specs, start["address"])
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
+    nannies.skip_preload_imports()
+    start = read_json(pipe)  # once the rank knows its scheduler (None: it ended first)
+    if start is None:
+        return EXIT_CLOSED
+    os.environ.update(start["env"])  # the cluster's TLS settings
+    dask.config.refresh()
+    return nannies.run(specs, start["address"])
