@@ -148,27 +148,37 @@ def test_integers_are_never_compared_in_templates() -> None:
 
 def test_wheel_build_is_cached_and_reproducible() -> None:
     """files/build_wheel.py (run by the role on the controller): a wheel from this checkout, the
-    same file again without a rebuild, the same bytes from a second cache; a directory that is not
-    a checkout is refused in one line."""
+    same file again without a rebuild, the same bytes from a second cache, where three runs
+    side by side build it once (the others wait for it); a directory that is not a checkout is
+    refused in one line."""
     script = ROLE / "files/build_wheel.py"
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
 
-        def build(cache: str, checkout: Path = REPO) -> subprocess.CompletedProcess[str]:
-            return subprocess.run(
+        def start(cache: str, checkout: Path = REPO) -> subprocess.Popen[str]:
+            return subprocess.Popen(
                 [sys.executable, str(script), str(checkout), f"{tmp}/{cache}"],
-                capture_output=True, text=True, timeout=240, check=False,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
 
-        first, again, other = build("a"), build("a"), build("b")
-        for proc in (first, again, other):
-            assert proc.returncode == 0, proc.stderr
-        a, b, c = (json.loads(p.stdout) for p in (first, again, other))
-        assert (a["built"], b["built"], c["built"]) == (True, False, True)
+        def result(proc: subprocess.Popen[str]) -> tuple[int, str, str]:
+            out, err = proc.communicate(timeout=240)
+            return proc.returncode, out, err
+
+        first = result(start("a"))
+        again = result(start("a"))
+        side_by_side = [result(p) for p in [start("b") for _ in range(3)]]
+        for code, _, err in (first, again, *side_by_side):
+            assert code == 0, err
+        a, b = json.loads(first[1]), json.loads(again[1])
+        others = [json.loads(out) for _, out, _ in side_by_side]
+        assert (a["built"], b["built"]) == (True, False)
+        assert sorted(o["built"] for o in others) == [False, False, True]
         assert a["wheel"] == b["wheel"] and Path(a["wheel"]).name.startswith("dask_hpc-")
-        assert Path(a["wheel"]).read_bytes() == Path(c["wheel"]).read_bytes()
-        refused = build("c", Path(tmp))
-        assert refused.returncode == 1
-        assert refused.stderr.count("\n") == 1 and "is not a dask-hpc checkout" in refused.stderr
+        assert len({o["wheel"] for o in others}) == 1
+        assert Path(a["wheel"]).read_bytes() == Path(others[0]["wheel"]).read_bytes()
+        code, _, err = result(start("c", Path(tmp)))
+        assert code == 1
+        assert err.count("\n") == 1 and "is not a dask-hpc checkout" in err
 
 
 # ansible/README.md's commands, as written: from this checkout, and from a DeepOps checkout.
