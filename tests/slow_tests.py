@@ -1,7 +1,9 @@
-"""The tests that take over a minute in the whole run on a 2-core machine, and why.
+"""How the quick tier is cut: the tests that take over a minute in the whole run on a 2-core
+machine, and why; and the tests run under every launcher or batch system.
 
-``harness.tiers`` marks them ``slow``: the quick tier (``python3 -m pytest -m "not slow"``)
-leaves them out. docs/install.md lists the same (checked by ``tests/test_collection.py``).
+``harness.tiers`` marks the first ``slow`` and, of each of the second, every case but the first
+``matrix``: the quick tier (``python3 -m pytest -m "not slow and not matrix"``) leaves them out.
+docs/install.md lists the same (checked by ``tests/test_collection.py``).
 Times: a fresh clone's whole run, 4 pytest-xdist workers on 2 cores (setup + call).
 """
 
@@ -44,3 +46,33 @@ SLOW_FIXTURES = {
     ("build", "local_image"): "the local image built for real: debootstrap, wheels, "
     "apptainer build, signing (454 s)",
 }
+
+# Tests parametrized over launchers (or batch systems): the same behaviour under each. The quick
+# tier runs the first case of each (collection order); the whole run, all of them. Wall time of
+# the cases left out, quick tier on 2 cores: ~500 s of its ~1,600 (issue 29).
+LAUNCHER_MATRIX = (
+    "tests/test_dask_compat.py::test_a_worker_killed_by_its_tasks_comes_back_every_time",
+    "tests/test_dask_compat.py::test_nanny_operations_work_and_the_job_ends_cleanly",
+    "tests/test_dask_compat.py::test_a_worker_restarting_when_the_cluster_ends_is_stopped_at_once",
+    "tests/test_plain_batch_emulated.py::test_plain_script_runs_under_the_sites_mpi_emulated",
+    "tests/test_faults.py::test_a_lost_rank_does_not_end_the_job",
+    "tests/test_faults.py::test_a_rank_that_never_starts_is_named_after_the_timeout",
+    "tests/test_faults.py::test_stale_scheduler_file_and_certificates_are_never_used",
+    "tests/test_faults.py::test_rank_0_lost_still_ends_everything_under_the_options_that_keep_ranks",
+    "tests/test_faults.py::test_command_crash_stops_the_cluster_with_its_status",
+    "tests/test_faults.py::test_scheduler_rank_killed_every_rank_exits_nonzero",
+    "tests/test_faults.py::test_worker_killed_with_sigkill_is_restarted_and_command_completes",
+    "tests/test_faults.py::test_sigterm_to_launcher_shuts_down_gracefully",
+    "tests/test_faults.py::test_scheduler_process_killed_is_an_error_not_a_clean_shutdown",
+    "tests/test_faults.py::test_two_clusters_at_once_in_one_directory_are_isolated",
+    "tests/test_docs.py::test_readme_quick_start_runs",
+    "tests/elastic/test_emulated_pbs_lsf.py::test_scale_up_and_down_on_emulated",
+    "tests/neighbour/test_planted_directories.py::test_planted_working_directories_are_never_used",
+    "tests/neighbour/test_secrets.py::test_a_job_log_holds_no_token",
+    "tests/test_forked_mp.py::test_a_ranks_processes_are_all_forks_of_it_and_leave_no_temp_dir",
+    "tests/neighbour/test_scheduler_file.py::test_join_reads_only_the_owners_scheduler_file",
+    "tests/neighbour/test_planted_directories.py::test_a_stale_cluster_directory_of_another_user_is_refused",
+    "tests/test_launch.py::test_sbatch_with_mpiexec_inside",
+    "tests/test_harness.py::test_sbatch_mpiexec_leaks_slurm_procid",
+    "tests/test_binding.py::test_a_chosen_binding_with_too_few_cpus_is_refused_in_one_line",
+)

@@ -6,15 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
-def test_every_test_file_is_collected() -> None:
-    """`python3 -m pytest` from the repository root collects every tests/**/test_*.py.
-
-    pytest's default ``norecursedirs`` silently skips directories such as ``build``: a test
-    directory that is never collected never fails, so this test does.
-    """
+def collect() -> list[str]:
+    """The test ids `python3 -m pytest` collects, in order."""
     result = subprocess.run(
         # -n 0: collected once, not again in each of xdist's 4 workers (45 s in the whole run)
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
@@ -25,7 +23,22 @@ def test_every_test_file_is_collected() -> None:
         timeout=240,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    collected = {line.split("::", 1)[0] for line in result.stdout.splitlines() if "::" in line}
+    return [line for line in result.stdout.splitlines() if "::" in line]
+
+
+@pytest.fixture(scope="module")
+def every_test() -> list[str]:
+    """The whole run's test ids (collected once for this file's tests)."""
+    return collect()
+
+
+def test_every_test_file_is_collected(every_test: list[str]) -> None:
+    """`python3 -m pytest` from the repository root collects every tests/**/test_*.py.
+
+    pytest's default ``norecursedirs`` silently skips directories such as ``build``: a test
+    directory that is never collected never fails, so this test does.
+    """
+    collected = {test_id.split("::", 1)[0] for test_id in every_test}
     files = {
         str(path.relative_to(REPO))
         for path in (REPO / "tests").rglob("test_*.py")
@@ -49,3 +62,20 @@ def test_the_slow_list_names_real_tests_and_docs_show_it() -> None:
         assert f"`{name}`" in docs, f"docs/install.md does not list {test_id}"
     for where, fixture in SLOW_FIXTURES:
         assert f"`{fixture}` (tests/{where}/)" in docs, f"docs/install.md: {where}/{fixture}"
+
+
+def test_the_launcher_matrix_names_parametrized_tests_and_the_quick_tier_keeps_one_case(
+    every_test: list[str],
+) -> None:
+    """Each test on LAUNCHER_MATRIX exists and has several cases, of which the quick tier keeps
+    the first (the others are marked ``matrix``); docs/install.md names it."""
+    from harness.tiers import matrix_repeats
+    from slow_tests import LAUNCHER_MATRIX
+
+    docs = (REPO / "docs" / "install.md").read_text()
+    repeats = matrix_repeats(every_test)
+    for test_id in LAUNCHER_MATRIX:
+        cases = [t for t in every_test if t.split("[", 1)[0] == test_id]
+        assert len(cases) > 1, f"{test_id}: {len(cases)} case(s), not a launcher matrix"
+        assert [t for t in cases if t not in repeats] == cases[:1], test_id
+        assert f"`{test_id.split('::')[1]}`" in docs, f"docs/install.md does not list {test_id}"

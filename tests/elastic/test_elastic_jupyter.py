@@ -11,10 +11,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-import nbformat
 import pytest
-from jupyter_client.manager import KernelManager
-from nbclient import NotebookClient
 
 pytestmark = pytest.mark.slurm
 
@@ -29,6 +26,11 @@ CELLS = [
 
 
 def test_widget_and_repr_in_a_kernel(elastic_env, monkeypatch, tmp_path: Path) -> None:
+    # Imported here: nbformat and jupyter_client take ~1 s of every pytest process's collection.
+    import nbformat
+    from jupyter_client.manager import KernelManager
+    from nbclient import NotebookClient
+
     # The kernel is a process of its own: the test's settings go in its environment.
     monkeypatch.setenv("DASK_HPC__SCHEDULER_DIRECTORY", str(elastic_env))
     monkeypatch.setenv("DASK_HPC__CLUSTER__POLL_INTERVAL", "0.5")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import time
 
-import dask.array as da
-import numpy as np
 import pytest
 from distributed import wait
 from elastic_support import computed_twice
@@ -27,6 +25,9 @@ RUN_FOR = 3 * WALLTIME + 5
 def test_a_computation_outlives_three_walltimes_with_no_key_lost(
     make_cluster, elastic_slurm, wait_for
 ) -> None:
+    import dask.array as da  # here: ~0.8 s of every pytest process's collection otherwise
+    import numpy as np
+
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:01:00")
     duration, stagger = cluster.pools["cpu"].lifetime()
     assert duration + stagger < WALLTIME - 10  # every worker retires well before the walltime

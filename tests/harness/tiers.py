@@ -6,9 +6,11 @@ worker otherwise). The rest spread.
 
 The quick tier: ``tests/slow_tests.py`` names the tests that take over a minute, with the
 reason, and the session fixtures that take minutes (every test that uses one is slow); they
-are marked ``slow``, and ``python3 -m pytest -m "not slow"`` leaves them out. docs/install.md
-shows the same lists (checked by ``tests/test_collection.py``). At the end of a run, a test
-that took over a minute and is not marked is named, so the list follows the suite.
+are marked ``slow``. It also names the tests run under every launcher: each one's cases after
+the first are marked ``matrix``. ``python3 -m pytest -m "not slow and not matrix"`` leaves
+both out. docs/install.md shows the same lists (checked by ``tests/test_collection.py``). At
+the end of a run, a test that took over a minute and is not marked is named, so the list
+follows the suite.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slow_tests import SLOW, SLOW_FIXTURES, SLOW_SECONDS
+from slow_tests import LAUNCHER_MATRIX, SLOW, SLOW_FIXTURES, SLOW_SECONDS
 
 # Session fixtures too costly to make once per pytest-xdist worker (the converged Ansible
 # targets, the built image), by (directory under tests/, fixture name): their group's name.
@@ -49,11 +51,27 @@ def is_slow(item: pytest.Item) -> bool:
     )
 
 
+def matrix_repeats(test_ids: list[str]) -> set[str]:
+    """Of the tests on LAUNCHER_MATRIX, every case but the first (in ``test_ids``' order)."""
+    first_cases: set[str] = set()
+    repeats = set()
+    for test_id in test_ids:
+        base = test_id.split("[", 1)[0]
+        if base in LAUNCHER_MATRIX:
+            if base in first_cases:
+                repeats.add(test_id)
+            first_cases.add(base)
+    return repeats
+
+
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    repeats = matrix_repeats([item.nodeid for item in items])
     for item in items:
         if is_slow(item):
             item.add_marker(pytest.mark.slow)
+        if item.nodeid in repeats:
+            item.add_marker(pytest.mark.matrix)
         if not item.get_closest_marker("xdist_group") and (group := group_of(item)):
             item.add_marker(pytest.mark.xdist_group(group))
 
