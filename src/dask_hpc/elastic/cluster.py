@@ -1,9 +1,10 @@
 """``HPCCluster``: a Dask cluster that grows and shrinks by batch jobs; the facade users see.
 
-It owns the constructor's arguments (each defaulting to ``hpc.cluster.*``, then to the site
-profile, checked before anything starts), ``attach``, the pools (``add_pool``) and their job
-scripts, ``scale`` and ``adapt``; the rest is its parts, each in a module of its own:
+It owns the constructor's arguments, ``attach``, ``scale`` and ``adapt``; the rest is its
+parts, each in a module of its own:
 
+- ``configured``: the settings (each defaulting to ``hpc.cluster.*``, then to the site profile,
+  checked before anything starts), the pools (``add_pool``) and their job scripts;
 - ``jobcluster``: Dask's ``Cluster`` life cycle (start, workers joining, wait, close), and why
   it is not Dask's ``SpecCluster``;
 - ``jobcontrol``: the table of jobs, and submit, cancel, retire, failures;
@@ -26,21 +27,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import config, private, security
-from ..batch import commands, script
+from .. import private, security
 from ..connection import read_scheduler_file
-from ..errors import UsageError
-from ..sites import Site, detect_site, load_site
-from . import jobqueue_args, locations, naming, placement, sizing, state
-from .jobcluster import JobCluster
-from .jobs import BatchClient
-from .pools import Pool, make_pool
-from .scheduler import SCHEDULER_FILE, listen_host, security_for
-
-SCHEDULERS = ("local", "job")
+from . import jobqueue_args, locations, placement, sizing, state
+from .configured import ConfiguredCluster
+from .scheduler import security_for
 
 
-class HPCCluster(JobCluster):
+class HPCCluster(ConfiguredCluster):
     """A Dask cluster whose workers come in batch jobs, scaled by whole jobs.
 
     ``HPCCluster("gpu", workers_per_node=4, nodes_per_job=2, site="polaris",
@@ -150,167 +144,6 @@ class HPCCluster(JobCluster):
         self._attached = saved
         self._begin(0, None, silence_logs, asynchronous, loop, quiet)
         return self
-
-    # ------------------------------------------------------------------ settings
-    def _settle(
-        self,
-        kind: str | None = None,
-        workers_per_node: int | None = None,
-        nodes_per_job: int | None = None,
-        site: str | None = None,
-        account: str | None = None,
-        queue: str | None = None,
-        walltime: str | None = None,
-        image: str | None = None,
-        launcher: str | None = None,
-        batch_system: str | None = None,
-        scheduler: str | None = None,
-        scheduler_walltime: str | None = None,
-        pool: str | None = None,
-        job_directives: Sequence[str] | None = None,
-        job_setup: Sequence[str] | None = None,
-        job_env: Mapping[str, str] | None = None,
-        worker_args: Sequence[str] | str | None = None,
-        lifetime_margin: float | None = None,
-        cpus_per_worker: int | None = None,
-        memory_per_worker: str | int | None = None,
-        gpus_per_node: int | None = None,
-        interface: str | None = None,
-        dashboard_address: str = "127.0.0.1:0",
-        directory: str | os.PathLike[str] | None = None,
-        log_directory: str | os.PathLike[str] | None = None,
-        check_commands: bool = True,
-        existing: tuple[str, Path, dict[str, Pool]] | None = None,
-    ) -> None:
-        """Every setting, checked (a UsageError) before anything starts or is submitted; also
-        what ``hpc-cluster script`` renders a job script from (batch commands not needed)."""
-        site_name = site or config.get("site")
-        self.site: Site = load_site(site_name) if site_name else detect_site()
-        self.batch_system = locations.batch_system(self.site, batch_system)
-        system = commands.BatchSystem.named(self.batch_system)
-        missing = system.missing_commands()
-        if missing and check_commands:
-            raise UsageError(
-                f"{missing[0]} not found (the {self.batch_system} command the cluster needs)",
-                "load the batch system's module, or fix PATH",
-            )
-        mode = scheduler or config.get("cluster.scheduler")
-        if mode not in SCHEDULERS:
-            raise UsageError(f"scheduler={mode!r} is not one of {SCHEDULERS}", "use local or job")
-        self.scheduler_mode = mode
-        self.interface = interface or locations.site_interface(self.site)
-        if interface:
-            listen_host(interface)  # an interface this node does not have: one line now
-        self._dashboard_address = dashboard_address
-        self.cluster_id = existing[0] if existing else naming.new_cluster_id()
-        self.pools: dict[str, Pool] = dict(existing[2]) if existing else {}
-        first_kind = kind or config.get("cluster.kind")
-        if not existing:
-            self.add_pool(
-                pool or first_kind,
-                first_kind,
-                workers_per_node=workers_per_node,
-                nodes_per_job=nodes_per_job,
-                walltime=walltime,
-                account=account,
-                queue=queue,
-                image=image,
-                launcher=launcher,
-                job_directives=job_directives,
-                job_setup=job_setup,
-                job_env=job_env,
-                worker_args=worker_args,
-                lifetime_margin=lifetime_margin,
-                cpus_per_worker=cpus_per_worker,
-                memory_per_worker=memory_per_worker,
-                gpus_per_node=gpus_per_node,
-                batch_system=self.batch_system,
-            )
-        first = next(iter(self.pools.values()))
-        self._scheduler_walltime = scheduler_walltime or config.get(
-            "cluster.scheduler-walltime"
-        ) or first.walltime
-        script.parse_walltime(self._scheduler_walltime)
-        self.directory = existing[1] if existing else locations.cluster_directory(
-            self.site, self.cluster_id, directory
-        )
-        self.scheduler_file = self.directory / SCHEDULER_FILE
-        self.log_directory = locations.log_directory(self.directory, log_directory)
-        self.poll_interval = float(config.get("cluster.poll-interval"))
-        self.start_timeout = float(config.get("cluster.start-timeout"))
-        self.end_grace = float(config.get("cluster.end-grace"))
-        self.max_failures = int(config.get("cluster.max-failures"))
-        self._batch = BatchClient(system, self.directory / "jobs")
-        self.settings = {  # what another process needs to take this cluster over (attach)
-            "site": self.site.name,
-            "batch_system": self.batch_system,
-            "scheduler": self.scheduler_mode,
-            "scheduler_walltime": self._scheduler_walltime,
-            "interface": self.interface,
-            "dashboard_address": self._dashboard_address,
-            "log_directory": str(self.log_directory),
-        }
-        for each in self.pools.values():
-            self._check_script(each)
-
-    def _check_script(self, pool: Pool) -> None:
-        """Render a job of ``pool`` once: what the script refuses (an image key that is not
-        there, a launcher the table lacks) is one line before anything is submitted."""
-        script.render(self._request(pool, naming.job_name(self.cluster_id, pool.name, 0)))
-
-    def add_pool(
-        self,
-        name: str,
-        kind: str | None = None,
-        *,
-        jobs: int = 0,
-        **options: Any,
-    ) -> Pool:
-        """Add a pool: its own kind of worker, job size, queue, walltime (``HPCCluster``'s
-        arguments); scale it with ``scale(..., pool=name)``; adapt grows it for the tasks
-        that need its workers' resources (``resources={"GPU": 1}`` for a gpu pool)."""
-        if name in self.pools:
-            raise UsageError(f"the cluster already has a pool {name!r}", "pick another name")
-        first = next(iter(self.pools.values()), None)
-        if first is not None:  # a new pool inherits where the jobs go, not their shape
-            for key in ("account", "queue", "image", "launcher", "walltime"):
-                options.setdefault(key, getattr(first, key))
-        new = make_pool(name, kind or name, self.site, **options)
-        if new.image and not Path(new.image).is_file():
-            raise UsageError(f"image {new.image} not found", "give the path of the .sif file")
-        if hasattr(self, "settings"):  # a running cluster's new pool
-            self._check_script(new)
-        self.pools[name] = new
-        if jobs:
-            self.scale(jobs=jobs, pool=name)
-        return new
-
-    def _pool(self, name: str | None) -> Pool:
-        if name is None:
-            return next(iter(self.pools.values()))
-        try:
-            return self.pools[name]
-        except KeyError:
-            raise UsageError(
-                f"no pool {name!r} in this cluster", f"use one of: {', '.join(self.pools)}"
-            ) from None
-
-    # ------------------------------------------------------------------ job scripts
-    def _request(self, pool: Pool, job_name: str) -> script.JobRequest:
-        return pool.request(
-            self.site,
-            self.batch_system,
-            job_name,
-            self.scheduler_file,
-            self.log_directory / f"{job_name}.out",
-            binds=[str(self.directory)],
-        )
-
-    def job_script(self, pool: str | None = None) -> str:
-        """The batch script of this pool's next job."""
-        chosen = self._pool(pool)
-        name = naming.job_name(self.cluster_id, chosen.name, chosen.counter + 1)
-        return script.render(self._request(chosen, name))
 
     async def _create(self) -> None:
         """A new cluster: its directory, lock, certificates and scheduler."""

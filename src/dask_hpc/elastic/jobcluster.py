@@ -51,7 +51,7 @@ class JobCluster(Display, Cluster):
     """The part of ``HPCCluster`` that Dask's ``Cluster`` calls: start, workers, wait, close."""
 
     _instances: weakref.WeakSet[JobCluster] = weakref.WeakSet()
-    # Settings, made by HPCCluster._settle before _begin
+    # Settings, made by ConfiguredCluster._settle (configured.py) before _begin
     cluster_id: str
     pools: dict[str, Pool]
     _batch: BatchClient
