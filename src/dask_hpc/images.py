@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import private
+
 DIGEST_SUFFIX = ".sha256"
 OPT_OUT = "DASK_HPC__IMAGE_VERIFY=false"
 # What `apptainer verify` says (its FATAL line), and what that means for the image.
@@ -74,9 +76,10 @@ def digest_path(image: Path) -> Path:
 
 
 def record_digest(image: Path) -> str:
-    """Write IMAGE.sha256 (``sha256sum -c`` reads it) and return the digest."""
+    """Write IMAGE.sha256 (``sha256sum -c`` reads it) and return the digest. Beside the image,
+    possibly a directory its group shares: a link planted there is replaced, not followed."""
     value = sha256(image)
-    digest_path(image).write_text(f"{value}  {image.name}\n")
+    private.replace_file(digest_path(image), f"{value}  {image.name}\n".encode(), 0o644)
     return value
 
 
