@@ -23,10 +23,9 @@ import os
 import shlex
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-from . import private
 
 DIGEST_SUFFIX = ".sha256"
 OPT_OUT = "DASK_HPC__IMAGE_VERIFY=false"
@@ -79,7 +78,17 @@ def record_digest(image: Path) -> str:
     """Write IMAGE.sha256 (``sha256sum -c`` reads it) and return the digest. Beside the image,
     possibly a directory its group shares: a link planted there is replaced, not followed."""
     value = sha256(image)
-    private.replace_file(digest_path(image), f"{value}  {image.name}\n".encode(), 0o644)
+    # private.replace_file's way, not a call to it: the role runs this file alone on the nodes
+    # (ansible.builtin.script), where the package is not importable.
+    fd, tmp = tempfile.mkstemp(dir=image.parent, prefix=f".{image.name}.sha256.")
+    try:
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(f.fileno(), 0o644)
+            f.write(f"{value}  {image.name}\n")
+        os.replace(tmp, digest_path(image))
+    except BaseException:
+        os.unlink(tmp)
+        raise
     return value
 
 

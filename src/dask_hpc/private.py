@@ -186,13 +186,6 @@ def write_file(path: Path, data: bytes, mode: int = 0o600) -> None:
     """Write ``path`` atomically (readers see all of it or none): a new file of a random name
     (``O_EXCL``) beside it, renamed over it. Its directory must be safe (:func:`check_parent`)."""
     check_parent(path.parent, "directory", f"put {path.name} in a directory only you can write")
-    replace_file(path, data, mode)
-
-
-def replace_file(path: Path, data: bytes, mode: int) -> None:
-    """Write ``path`` as :func:`write_file` does, in a directory others may write by design (a
-    site's group-shared image directory): what they planted at ``path`` (a symbolic link, a
-    FIFO) is replaced, never written through."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
         with os.fdopen(fd, "wb") as f:
