@@ -23,7 +23,7 @@ done
 
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
-side_by_side=(dpnp oldest_dask slurm apptainer ansible)  # ansible.sh's pip needs python.sh's done
+side_by_side=(dpnp newest_dask slurm apptainer ansible)  # ansible.sh's pip needs python.sh's done
 declare -A pids
 for part in "${side_by_side[@]}"; do
   ( t=$SECONDS; bash "$here/$part.sh"; echo "== tests/setup/$part.sh: $((SECONDS - t)) s" ) \
