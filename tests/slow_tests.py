@@ -75,4 +75,5 @@ LAUNCHER_MATRIX = (
     "tests/test_launch.py::test_sbatch_with_mpiexec_inside",
     "tests/test_harness.py::test_sbatch_mpiexec_leaks_slurm_procid",
     "tests/test_binding.py::test_a_chosen_binding_with_too_few_cpus_is_refused_in_one_line",
+    "tests/neighbour/test_import_path.py::test_the_console_script_under_each_launcher",
 )
