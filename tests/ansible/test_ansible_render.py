@@ -96,6 +96,17 @@ def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
     assert result.returncode == 1
     assert f"cannot read the image {missing}" in result.stderr
     assert "dask-hpc" in result.stderr  # names the group that may read images
+    elsewhere = tmp / "mine.sif"  # readable, but outside root's image directory
+    elsewhere.write_bytes(b"")
+    result = subprocess.run(
+        ["sh", str(wrapper), "--help"],
+        env={"PATH": "/usr/bin:/bin", "DASK_HPC_IMAGE": str(elsewhere)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 2
+    assert f"{elsewhere} is not in /shared/dask-hpc/images" in result.stderr
 
 
 def test_python_provider_puts_hpc_cluster_beside_start_cluster(tmp: Path) -> None:
