@@ -97,7 +97,7 @@ def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged
     directory = tmp_path / "mp"
     directory.mkdir(mode=0o700)
     result = run_script(tmp_path / "forked.py", FORKED, directory, tagged_env)
-    assert "RESULT 49" in result.stdout
+    assert "RESULT (49, None, False)" in result.stdout  # forks: nothing of PYTHONSAFEPATH
     assert "resource_tracker" not in result.stderr  # no "died unexpectedly, relaunching"
 
 
