@@ -48,6 +48,7 @@ BAD_INPUT = [
         ["local directory /proc/forbidden is not usable", "--local-directory"],
     ),
     (["cpu", "2", "--dashboard-address", "localhost"], ["has no port", "HOST:PORT"]),
+    (["cpu", "2", "--dashboard-address", "localhost:8787"], ["names a host", "127.0.0.1:8787"]),
     (["cpu", "2", "--scheduler-port", "70000"], ["70000 is not a port number"]),
     (["gpu", "1"], ["no GPU was found on this node", "cpu workers"]),
     (

@@ -106,3 +106,26 @@ def test_pythonpath_stays_even_where_others_write(tree: Path) -> None:
         text=True, timeout=60, check=True,
     ).stdout)
     assert str(tree / "open") in seen["path"]  # the user named it
+
+
+@pytest.mark.parametrize(
+    ("listens", "link", "tunnel"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:8787/status", "127.0.0.1"),
+        ("", "http://127.0.0.1:8787/status", "127.0.0.1"),  # every interface: loopback's
+        ("10.1.2.3", "http://10.1.2.3:8787/status", "10.1.2.3"),
+        ("::1", "http://[::1]:8787/status", "[::1]"),
+    ],
+)
+def test_the_dashboards_link_and_tunnel_name_the_address_it_listens_on(
+    listens: str, link: str, tunnel: str
+) -> None:
+    """Never a name, never loopback's address for a dashboard that listens elsewhere: another
+    user could hold that one."""
+    from dask_hpc.banner import ssh_tunnel
+    from dask_hpc.connection import SchedulerInfo
+
+    info = SchedulerInfo("tls://10.1.2.3:1", 8787, "node", "x", None, dashboard_host=listens)
+    assert info.dashboard_link == link
+    assert SchedulerInfo.from_json(info.to_json()).dashboard_link == link
+    assert f"-L 127.0.0.1:8787:{tunnel}:8787 " in ssh_tunnel((), "node", [(8787, listens)])

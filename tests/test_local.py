@@ -86,11 +86,17 @@ def test_interactive_mode_ends_with_client_shutdown(cluster_env, tmp_path: Path,
     )
     try:
         wait_for(lambda: sched.exists() or proc.poll() is not None, 60, what="scheduler file")
+        import dask.config
+
         from dask_hpc import connect
 
+        template = dask.config.get("distributed.dashboard.link")
         client = connect(sched)
         client.wait_for_workers(2, timeout=60)
         assert client.submit(sum, [1, 2, 3]).result() == 6
+        assert re.fullmatch(r"http://127.0.0.1:\d+/status\?token=[\w-]+", client.dashboard_link)
+        # the process's setting is left as it was: another cluster here shows its own link
+        assert dask.config.get("distributed.dashboard.link") == template
         client.shutdown()
         client.close()
         _, err = proc.communicate(timeout=60)

@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Mapping
 
-from .connection import LOOPBACK, SchedulerInfo
+from .connection import LOOPBACK, SchedulerInfo, link_host
 from .launchers import BATCH_JOB_IDS
 from .links import hint, shown
 from .plan import Plan
@@ -21,17 +21,18 @@ def needs_tunnel(plan: Plan, env: Mapping[str, str]) -> bool:
     return plan.rank.launcher != "none" or any(env.get(var) for var in REMOTE_SESSION)
 
 
-def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
+def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[tuple[int, str]]) -> str:
     """The ssh command that forwards ``ports`` from the user's machine to ``node``.
 
     ``hops``: the site's login path (bastion, login node); none known: ssh to the node itself.
+    ``ports``: (port, the address it listens on at the node).
     Each hop listens on, and forwards to, the literal loopback address (sshd would try ``::1``
     first for ``localhost``, where another user of the host may listen on the same port), and
     gives up when it cannot listen (``ExitOnForwardFailure``; a port another user of a login
     node holds would otherwise receive what the hop before sends: with ``-L PORT:...`` ssh
     listens on both loopbacks and is content with either).
     """
-    forwards = " ".join(f"-L {LOOPBACK}:{p}:{LOOPBACK}:{p}" for p in ports)
+    forwards = " ".join(f"-L {LOOPBACK}:{p}:{link_host(host)}:{p}" for p, host in ports)
     first, *rest = [*hops, node]
     ssh = f"ssh -t -o ExitOnForwardFailure=yes {forwards}"
     parts = [f"{ssh} {getpass.getuser()}@{first}"]
@@ -48,7 +49,8 @@ def ready_message(
 ) -> str:
     """The ready block; links with their tokens only if ``whole_links`` (a terminal: links.py)."""
     node = socket.gethostname()
-    ports = [p for p in (jupyter_port, info.dashboard_port) if p]
+    ports = [(jupyter_port, LOOPBACK)] if jupyter_port else []
+    ports += [(info.dashboard_port, info.dashboard_host)] if info.dashboard_port else []
     lines = [
         f"Dask cluster ready: {plan.total_workers} {plan.worker_type} workers on {plan.nodes} "
         f"node(s), TLS {'on' if plan.tls else 'OFF'}",

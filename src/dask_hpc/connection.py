@@ -6,6 +6,7 @@ COMMAND and JupyterLab (a bare ``Client()`` connects), and :func:`connect` for t
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -34,6 +35,7 @@ class SchedulerInfo:
     token: str | None = None  # what a rank presents there
     dashboard_token: str | None = None  # what the dashboard asks for (see dashboard.py)
     jupyter_link: str | None = None  # JupyterLab's URL with its token (--jupyter)
+    dashboard_host: str = ""  # the address the dashboard listens on ("": every interface)
 
     def to_json(self) -> dict[str, Any]:
         tls = None
@@ -51,6 +53,7 @@ class SchedulerInfo:
                 "token": self.token,
                 "dashboard_token": self.dashboard_token,
                 "jupyter_link": self.jupyter_link,
+                "dashboard_host": self.dashboard_host,
             },
         }
 
@@ -68,6 +71,7 @@ class SchedulerInfo:
             token=ours.get("token"),
             dashboard_token=ours.get("dashboard_token"),
             jupyter_link=ours.get("jupyter_link"),
+            dashboard_host=ours.get("dashboard_host") or "",
         )
 
     @property
@@ -82,7 +86,7 @@ class SchedulerInfo:
         if not self.dashboard_port:
             return None
         token = f"?token={self.dashboard_token}" if self.dashboard_token else ""
-        return f"http://{LOOPBACK}:{self.dashboard_port}/status{token}"
+        return f"http://{link_host(self.dashboard_host)}:{self.dashboard_port}/status{token}"
 
     def client_env(self) -> dict[str, str]:
         """Environment in which a bare ``distributed.Client()`` connects to this cluster."""
@@ -92,6 +96,19 @@ class SchedulerInfo:
         if self.tls:
             env.update(tls_env(self.tls))
         return env
+
+
+def reached_at(host: str) -> str:
+    """Where a server listening on ``host`` is reached: that address, or loopback's where it
+    listens on every interface (IPv4's ``""``/``0.0.0.0``, IPv6's ``::``, which tornado binds
+    alone)."""
+    return {"": LOOPBACK, "0.0.0.0": LOOPBACK, "::": "::1"}.get(host, host)
+
+
+def link_host(host: str) -> str:
+    """``host`` as the host part of a URL (an IPv6 address in brackets)."""
+    reached = reached_at(host)
+    return f"[{reached}]" if ":" in reached else reached
 
 
 def write_scheduler_file(path: Path, info: SchedulerInfo) -> None:
@@ -135,15 +152,11 @@ def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
     """A ``distributed.Client`` connected to the cluster of ``scheduler_file``."""
     import ssl
 
-    import dask.config
-    from distributed import Client
     from distributed.security import Security
 
     info = read_scheduler_file(Path(scheduler_file))
     if info is None:
         raise FileNotFoundError(f"no usable scheduler file at {scheduler_file}")
-    if info.dashboard_link:  # what client.dashboard_link (and dask-labextension) show
-        dask.config.set({"distributed.dashboard.link": info.dashboard_link})
     if info.tls:
         kwargs.setdefault(
             "security",
@@ -155,4 +168,25 @@ def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
                 require_encryption=True,
             ),
         )
-    return Client(info.address, **kwargs)
+    client = _cluster_client_class()(info.address, **kwargs)
+    client.cluster_dashboard_link = info.dashboard_link
+    return client
+
+
+@functools.cache
+def _cluster_client_class() -> type:
+    """Dask's ``Client``, whose ``dashboard_link`` is its own cluster's (token included).
+
+    Not through ``distributed.dashboard.link``: that setting is the whole process's, and a
+    second cluster (another ``connect``, an ``HPCCluster``) showed the first one's link.
+    """
+    from distributed import Client
+
+    class ClusterClient(Client):
+        cluster_dashboard_link: str | None = None
+
+        @property
+        def dashboard_link(self) -> str:
+            return self.cluster_dashboard_link or super().dashboard_link
+
+    return ClusterClient

@@ -24,6 +24,7 @@ from .banner import ready_message
 from .connection import SchedulerInfo, write_scheduler_file
 from .errors import StartupError, UsageError, say
 from .links import private_stream
+from .network import parse_dashboard
 from .paths import SCHEDULER_FIX
 from .plan import Plan, ProcessSpec
 from .rank import Rank, exit_status, shell_code
@@ -191,6 +192,7 @@ class FirstRank(Rank):
             address=address,
             dashboard_port=self.started["dashboard_port"],
             dashboard_token=self.started["dashboard_token"],
+            dashboard_host=parse_dashboard(self.scheduler_spec.options["dashboard_address"])[0],
             host=socket.gethostname(),
             launch_id=plan.rank.launch_id,
             tls=tls,
@@ -225,7 +227,7 @@ class FirstRank(Rank):
         return self._until_done()
 
     def _report_dashboard_port(self, port: int | None) -> None:
-        wanted = int(self.scheduler_spec.options["dashboard_address"].rpartition(":")[2])
+        wanted = parse_dashboard(self.scheduler_spec.options["dashboard_address"])[1]
         if port and wanted and port != wanted:
             say(f"dashboard port {wanted} is taken (another cluster on this node?): using {port}")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import ipaddress
 import socket
 
 import psutil
@@ -59,12 +60,25 @@ def check_port_free(host: str, port: int, flag: str) -> None:
 
 
 def parse_dashboard(address: str) -> tuple[str, int]:
+    """(host, port) of a dashboard address; the host an address, not a name (``localhost``
+    may be ``::1`` first, where any user of the node can listen on the same port), or empty
+    for every interface."""
     host, _, port = address.rpartition(":")
     if not port.isdigit():
         raise UsageError(
             f"--dashboard-address {address!r} has no port",
             "write it as HOST:PORT, e.g. 127.0.0.1:8787 (':0' for a free port)",
         )
+    host = host.strip("[]")
+    if host:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            raise UsageError(
+                f"--dashboard-address {address!r} names a host: the dashboard's link and tunnel "
+                f"must name the address it listens on ({host} may resolve to another)",
+                "write the address, e.g. 127.0.0.1:8787",
+            ) from None
     return host, int(port)
 
 

@@ -31,6 +31,7 @@ def one_line(error: pytest.ExceptionInfo[UsageError]) -> str:
         ({"site": "thetagpu"}, "batch system cobalt has no submit/status/cancel commands"),
         ({"worker_args": ["--join", "x"]}, "worker_args may not hold --join"),
         ({"interface": "nosuch0"}, "network interface 'nosuch0'"),
+        ({"dashboard_address": "localhost:0"}, "'localhost:0' names a host"),
     ],
 )
 def test_bad_arguments_are_one_line_before_anything_starts(

@@ -185,7 +185,7 @@ def test_a_tunnel_hop_whose_port_another_user_holds_stops(
     from dask_hpc.banner import ssh_tunnel
 
     target = free_ports(1)[0]
-    printed = ssh_tunnel((), "127.0.0.1", [target]).split()
+    printed = ssh_tunnel((), "127.0.0.1", [(target, "127.0.0.1")]).split()
     assert "ExitOnForwardFailure=yes" in printed
     with sshd(tmp_path / "sshd") as server, neighbour.meanwhile(
         listen_and_record, "127.0.0.1", [target]

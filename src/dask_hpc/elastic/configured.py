@@ -15,6 +15,7 @@ from typing import Any
 from .. import config
 from ..batch import commands, script
 from ..errors import UsageError
+from ..network import parse_dashboard
 from ..sites import Site, detect_site, load_site
 from . import locations, naming
 from .jobcluster import JobCluster
@@ -77,6 +78,7 @@ class ConfiguredCluster(JobCluster):
         self.interface = interface or locations.site_interface(self.site)
         if interface:
             listen_host(interface)  # an interface this node does not have: one line now
+        parse_dashboard(dashboard_address)  # an address, not a name: one line now
         self._dashboard_address = dashboard_address
         self.cluster_id = existing[0] if existing else naming.new_cluster_id()
         self.pools: dict[str, Pool] = dict(existing[2]) if existing else {}

@@ -12,7 +12,7 @@ from typing import Any
 import dask.config
 from distributed.utils import format_dashboard_link
 
-from ..connection import LOOPBACK
+from ..connection import link_host
 
 DEFAULT_LINK = "{scheme}://{host}:{port}/status"  # distributed.dashboard.link's default
 # Through jupyter-server-proxy, host and port written out (its /proxy/PORT/ is `localhost`).
@@ -46,9 +46,7 @@ class Display:
         if self.info is None or not self.info.dashboard_port:
             return ""
         port = self.info.dashboard_port
-        host = LOOPBACK  # written out: `localhost` may be ::1, where another user can listen
-        if self.scheduler is None:  # a scheduler job: its node's address
-            host = self.info.address.split("://", 1)[-1].rsplit(":", 1)[0]
+        host = link_host(self.info.dashboard_host)  # where it listens, never a name
         template = dask.config.get("distributed.dashboard.link")
         if os.environ.get("JUPYTERHUB_SERVICE_PREFIX") and template == DEFAULT_LINK:
             with dask.config.set({"distributed.dashboard.link": HUB_LINK}):

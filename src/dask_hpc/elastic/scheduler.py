@@ -25,7 +25,7 @@ from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
 from ..import_path import settle
 from ..lighter_tls import Security
-from ..network import interface_address
+from ..network import interface_address, parse_dashboard
 from ..security import TlsFiles
 from . import targets
 
@@ -77,6 +77,7 @@ async def start(
     info = SchedulerInfo(
         address=scheduler.address,
         dashboard_port=dash.port if dash else None,
+        dashboard_host=parse_dashboard(dashboard_address)[0],
         host=socket.gethostname(),
         launch_id=cluster_id,
         tls=files,
