@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import os
 import runpy
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from .private import changeable_by_others
+from .private import UnsafePath, changeable_by_others
 
 # Python 3.10 has no -P: ``python -c BOOTSTRAP`` drops the working directory ('' first on
 # sys.path under -c) before importing anything, then runs the module as ``-m`` would. The same
@@ -92,6 +93,24 @@ def settle() -> str | None:
         )
     sys.path.append(cwd)
     return None
+
+
+def program(name: str) -> str | None:
+    """The program ``name`` of this Python's environment (its ``bin``), else the one on
+    ``PATH``; None where there is none. A program another user could change (its file, or a
+    directory above it: a ``.`` on ``PATH`` in a submit directory) is an ``UnsafePath``."""
+    beside = os.path.join(os.path.dirname(sys.executable), name)
+    found = beside if os.access(beside, os.X_OK) else shutil.which(name)
+    if found is None:
+        return None
+    found = os.path.abspath(found)
+    problem = changeable_by_others(found)
+    if problem:
+        raise UnsafePath(
+            f"{name} at {found} can be changed by other users: {problem}",
+            f"install {name} where only you or root can write, or put that first on PATH",
+        )
+    return found
 
 
 SAFE_PATH_SET = "DASK_HPC_SAFE_PATH_SET"  # we set PYTHONSAFEPATH: our forkserver drops it

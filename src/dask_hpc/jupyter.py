@@ -26,7 +26,6 @@ import errno
 import json
 import os
 import secrets
-import shutil
 import socket
 import subprocess
 import time
@@ -71,7 +70,7 @@ def _log_tail(path: os.PathLike[str], lines: int = 5) -> str:
 
 def jupyter_argv(port: int) -> list[str]:
     """The JupyterLab command line (no secrets on it)."""
-    jupyter = shutil.which("jupyter") or "jupyter"
+    jupyter = import_path.program("jupyter") or "jupyter"  # checked by the plan already
     as_root = ["--allow-root"] if os.geteuid() == 0 else []  # containers, test machines
     return [
         jupyter,

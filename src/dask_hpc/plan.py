@@ -20,7 +20,18 @@ from typing import Any
 
 from dask.utils import parse_bytes
 
-from . import binding, config, gpus, launchers, network, paths, private, resources, worker_kind
+from . import (
+    binding,
+    config,
+    gpus,
+    import_path,
+    launchers,
+    network,
+    paths,
+    private,
+    resources,
+    worker_kind,
+)
 from .connection import read_scheduler_file
 from .errors import UsageError
 from .scaling import poll_max_interval, scale_needs
@@ -237,7 +248,7 @@ def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
         raise UsageError(
             f"command {args.command[0]!r} not found", "check the name, or give its full path"
         )
-    if args.jupyter and shutil.which("jupyter") is None:
+    if args.jupyter and import_path.program("jupyter") is None:
         raise UsageError(
             "--jupyter needs JupyterLab, which is not installed",
             "pip install '.[jupyter]' in dask-hpc's checkout",

@@ -143,3 +143,29 @@ def test_a_directory_only_the_owner_writes_stays_on_the_workers_path(
     assert "SUM 285" in result.stdout
     assert "module path" not in result.stderr
     assert os.stat(work).st_mode & 0o777 == 0o700
+
+
+def plant_program(directory: str, name: str) -> None:
+    """As the other user: a program of the name the owner's cluster looks up on PATH."""
+    path = Path(directory, name)
+    path.write_text("#!/bin/sh\ntouch \"$(dirname \"$0\")/ran-$(id -u)\"\n")
+    path.chmod(0o755)
+
+
+def test_a_program_on_path_others_can_change_is_refused(
+    neighbour: Neighbour, owner_env: dict[str, str], project: Path, run_cmd, tmp_path: Path,
+) -> None:
+    """``--jupyter`` runs JupyterLab from this Python's environment, else from PATH: a
+    ``jupyter`` the other user put in a directory of PATH they can write (``.`` in a submit
+    directory) is refused in one line, never run."""
+    neighbour.run(plant_program, str(project), "jupyter")
+    env = {**owner_env, "PATH": f"{project}:{owner_env['PATH']}"}
+    python = tmp_path / "bin" / "python3"  # a Python whose environment has no jupyter
+    python.parent.mkdir()
+    python.symlink_to(sys.executable)
+    argv = [str(python), "-P", "-m", "dask_hpc", "cpu", "1", *QUIET, "--jupyter", "--dry-run"]
+    result = run_cmd(argv, env=env, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"jupyter at {project}/jupyter can be changed by other users" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not list(project.glob("ran-*"))
