@@ -21,7 +21,8 @@ COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM
 
 examples:
   start-cluster cpu 2 -- python examples/pi.py
-  mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth start-cluster gpu 6 --site aurora
+  mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 \
+    start-cluster gpu 6 --site aurora
   srun -N 2 --ntasks-per-node 1 -c 32 --gres=gpu:4 start-cluster gpu 4   # a rank per node
 """
 

@@ -44,8 +44,8 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     text = out.read_text()
     assert "dask_hpc_image=$(readlink -e -- dask-hpc-polaris.sif)" in text  # settled once
     assert (
-        "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "
-        '"$dask_hpc_image" start-cluster gpu 4'
+        "mpiexec -n 4 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv "
+        '--bind "$dask_hpc_binds" "$dask_hpc_image" start-cluster gpu 4'
         in text
     )
 

@@ -106,7 +106,6 @@ class Pool:
             f"{LIFETIME_ENV}RESTART": "False",
             **self.env,
         }
-        join = script.system_table(batch_system).get("join_output")
         return script.JobRequest(
             site=site.name,
             nodes=self.nodes_per_job,
@@ -126,7 +125,7 @@ class Pool:
             ),
             python=sys.executable,
             env=env,
-            directives=(*self.directives, *([join] if join else [])),
+            directives=self.directives,
             setup=self.setup,
             binds=binds if self.image else (),
             gpus_per_node=self.gpus_per_node,

@@ -47,4 +47,16 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv "$dask_hpc_image" start-cluster gpu 6 --site summit -- python job.py
+# The site's directories outside Apptainer's default binds, bound into every rank's container
+dask_hpc_bind() {  # DIRECTORY WHAT: a directory the ranks use, checked and added to the binds
+  case "$1" in
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  [ -n "$1" ] && [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "${MEMBERWORK:-}" 'scheduler directory $MEMBERWORK of the summit profile'
+dask_hpc_bind "/mnt/bb/${USER:-}" 'local directory /mnt/bb/$USER of the summit profile'
+jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv --bind "$dask_hpc_binds" "$dask_hpc_image" start-cluster gpu 6 --site summit -- python job.py

@@ -5,6 +5,7 @@
 #PBS -A datascience
 #PBS -q debug
 #PBS -o dask-hpc.out
+#PBS -j oe
 #PBS -l filesystems=home:flare
 #PBS -l place=scatter
 # dask-hpc on aurora: 2 node(s) x 6 gpu worker(s), one container per rank.
@@ -49,4 +50,4 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec "$dask_hpc_image" start-cluster gpu 6 --site aurora -- python pi.py
+mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 apptainer exec "$dask_hpc_image" start-cluster gpu 6 --site aurora -- python pi.py

@@ -4,6 +4,7 @@
 #PBS -l walltime=01:00:00
 #PBS -A proj
 #PBS -o dask-hpc.out
+#PBS -j oe
 #PBS -l filesystems=home:eagle
 #PBS -l place=scatter
 # dask-hpc on polaris: 4 node(s) x 4 gpu worker(s), one container per rank.
@@ -49,4 +50,15 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-mpiexec -n 16 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "$dask_hpc_image" start-cluster gpu 4 --site polaris -- python job.py --size 1e9
+# The site's directories outside Apptainer's default binds, bound into every rank's container
+dask_hpc_bind() {  # DIRECTORY WHAT: a directory the ranks use, checked and added to the binds
+  case "$1" in
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  [ -n "$1" ] && [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "/local/scratch" 'local directory /local/scratch of the polaris profile'
+mpiexec -n 16 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv --bind "$dask_hpc_binds" "$dask_hpc_image" start-cluster gpu 4 --site polaris -- python job.py --size 1e9

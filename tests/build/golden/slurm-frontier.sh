@@ -48,4 +48,15 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-srun --nodes=1 --ntasks=56 --ntasks-per-node=56 --cpus-per-task=1 --no-kill --kill-on-bad-exit=0 apptainer exec --rocm "$dask_hpc_image" start-cluster cpu 56 --site frontier -- python job.py
+# The site's directories outside Apptainer's default binds, bound into every rank's container
+dask_hpc_bind() {  # DIRECTORY WHAT: a directory the ranks use, checked and added to the binds
+  case "$1" in
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  [ -n "$1" ] && [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "/mnt/bb/${USER:-}" 'local directory /mnt/bb/$USER of the frontier profile'
+srun --nodes=1 --ntasks=56 --ntasks-per-node=56 --cpus-per-task=1 --no-kill --kill-on-bad-exit=0 apptainer exec --rocm --bind "$dask_hpc_binds" "$dask_hpc_image" start-cluster cpu 56 --site frontier -- python job.py
