@@ -69,12 +69,18 @@ class Site:
 
     def expand(self, path: str | None, env: Mapping[str, str]) -> str | None:
         """Expand ``$VAR`` in a profile path with ``env``; None if a variable is unset."""
-        if path is None:
-            return None
-        missing = [v for v in re.findall(r"\$\{?(\w+)\}?", path) if not env.get(v)]
-        if missing:
-            return None
-        return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
+        return expand_vars(path, env)
+
+
+def expand_vars(path: str | None, env: Mapping[str, str]) -> str | None:
+    """``path`` with its ``$VAR``s and ``${VAR}``s from ``env``; None if one is unset or empty
+    (or ``path`` is None)."""
+    if path is None:
+        return None
+    missing = [v for v in re.findall(r"\$\{?(\w+)\}?", path) if not env.get(v)]
+    if missing:
+        return None
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
 
 
 def _from_mapping(data: Mapping[str, Any]) -> Site:

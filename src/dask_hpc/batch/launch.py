@@ -54,7 +54,7 @@ def launch_command(
     """``LAUNCHER [OPTIONS] [apptainer exec [--nv|--rocm] [--bind ...] IMAGE] ARGV``: one rank
     per worker. ``fields``: the job's shape (``requests.Shape.fields``), else from
     ``cores``/``threads``; ``options``: more of the launcher's (a site's GPU binding);
-    ``site_binds``: bind ``$dask_hpc_binds`` (the site's directories, ``batch.container``).
+    ``site_binds``: bind ``$dask_hpc_binds`` where it names any (``batch.container``).
     Launcher ``mpi``: a ``case`` on the job's own mpiexec, one line per MPI it may be."""
     fields = fields or {
         "nodes": nodes,
@@ -115,7 +115,7 @@ def _exec_argv(
     exec_ = ["apptainer", "exec", *gpu_flag.split()]
     for path in binds:
         exec_ += ["--bind", path]
-    shell = f' --bind "${BINDS_VARIABLE}"' if site_binds else ""
+    shell = f' ${{{BINDS_VARIABLE}:+--bind "${BINDS_VARIABLE}"}}' if site_binds else ""
     return f"{shlex.join(exec_)}{shell} {image} {shlex.join(argv)}"
 
 

@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/bash -l
 #PBS -N dask-hpc
 #PBS -l select=2:mpiprocs=4:ncpus=32:mem=61036mb
 #PBS -l walltime=01:00:00
