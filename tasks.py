@@ -6,6 +6,7 @@ Logic lives in dask_hpc_deploy (deploy/, installed with `python3 -m pip install 
 from __future__ import annotations
 
 import functools
+import os
 import shlex
 import sys
 from collections.abc import Callable
@@ -18,6 +19,8 @@ from dask_hpc.errors import UsageError
 from dask_hpc.images import ImageError
 
 REPO = Path(__file__).resolve().parent
+# dask_hpc_deploy works on this checkout, wherever it is installed (editable or not)
+os.environ["DASK_HPC_REPO"] = str(REPO)
 
 
 def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -32,14 +35,6 @@ def one_line_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             raise Exit(f"error: {e}", code=e.exit_code) from None
 
     return wrapper
-
-
-def _count(option: str, value: str | int) -> int:
-    """An integer option given on the command line, or a one-line error."""
-    try:
-        return int(value)
-    except ValueError:
-        raise UsageError(f"--{option} takes a whole number, not {value!r}") from None
 
 
 @task(
@@ -175,41 +170,18 @@ def sites(c: Context) -> None:
         print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
-@task(
-    help={
-        "site": "site whose batch system and launcher to use",
-        "nodes": "number of nodes",
-        "workers_per_node": "workers (ranks) per node (default: GPUs per node, else 1)",
-        "worker_type": "cpu or gpu (default: gpu where the site has GPUs)",
-        "walltime": "HH:MM:SS (default 01:00:00)",
-        "account": "project to charge",
-        "queue": "queue or partition",
-        "image": "path of the image on the site (default: dask-hpc-SITE.sif)",
-        "job_name": "job name (default dask-hpc)",
-        "log": "job log file (default: the batch system's usual name)",
-        "output": "write the script here instead of stdout",
-        "image_key": "the site's public key (PEM): the job verifies the image with it before "
-        "any rank starts (default: dask config hpc.image-key)",
-        "no_verify": "do not verify the image (explicit opt-out)",
-        "gpus_per_node": "GPUs each node of the job asks for (default: one per gpu worker)",
-        "cpus_per_worker": "CPUs each worker asks for, and its threads (default: the node's "
-        "CPUs shared out; where the site profile does not know them, Slurm is asked)",
-        "memory_per_worker": "memory each worker asks for, and its limit (e.g. 16GB; "
-        "default: not asked)",
-        "batch_system": "slurm, pbs, lsf or cobalt (default: the site's): a plain cluster is "
-        "--site generic --batch-system pbs",
-        "python": "without an image: the Python with dask-hpc that every rank runs "
-        "(PYTHON -P -m dask_hpc, never the submit directory on its module path; default: the "
-        "start-cluster command on the job's PATH)",
-        "launcher": "the launcher in the job (default: the site's, else the batch system's; "
-        "mpi: the job's own mpiexec, Open MPI, MPICH or PALS, told apart when it runs)",
-    }
-)
+def _job_help() -> dict[str, str]:
+    from dask_hpc.batch.jobcli import OPTIONS
+
+    return {name: text for name, (text, _) in OPTIONS.items()}
+
+
+@task(help=_job_help(), auto_shortflags=False)
 @one_line_errors
 def job(
     c: Context,
-    site: str,
-    nodes: str,
+    site: str = "",
+    nodes: str = "",
     workers_per_node: int = 0,
     worker_type: str = "",
     walltime: str = "01:00:00",
@@ -228,36 +200,21 @@ def job(
     launcher: str = "",
     python: str = "",
 ) -> None:
-    """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster."""
-    from dask_hpc.batch.script import JobRequest, render
+    """Print a ready batch script running COMMAND (after --) on a dask-hpc cluster: the
+    installed package's `hpc-job` command, with the same options."""
+    from dask_hpc.batch import jobcli
 
-    req = JobRequest(
-        site=site,
-        nodes=_count("nodes", nodes),
-        command=shlex.split(c.remainder),
-        workers_per_node=workers_per_node or None,
-        worker_type=worker_type or None,
-        walltime=walltime,
-        account=account or None,
-        queue=queue or None,
-        image=image or None,
-        job_name=job_name,
-        output=log or None,
-        image_key=image_key or None,
-        verify_image=not no_verify,
-        gpus_per_node=gpus_per_node or None,
-        cpus_per_worker=cpus_per_worker or None,
-        memory_per_worker=memory_per_worker or None,
-        batch_system=batch_system or None,
-        launcher=launcher or None,
-        python=python or None,
-    )
-    text = render(req)
-    if output:
-        Path(output).write_text(text)
-        Path(output).chmod(0o755)
-    else:
-        sys.stdout.write(text)
+    given = dict(locals())
+    argv: list[str] = []
+    for name, (_, kind) in jobcli.OPTIONS.items():
+        value = given[name]
+        if kind is bool:
+            argv += [f"--{name.replace('_', '-')}"] if value else []
+        elif value not in ("", 0):
+            argv += [f"--{name.replace('_', '-')}", str(value)]
+    code = jobcli.run([*argv, "--", *shlex.split(c.remainder)])
+    if code:
+        raise Exit(code=code)
 
 
 @task(help={"check": "only check that the committed definitions are up to date"})

@@ -84,6 +84,15 @@ def invoke(argv: list[str], command: Command, page: PageRun) -> str:
     return "ran" if "--dry-run" in command.text or task != "build" else "dry-run (--dry-run)"
 
 
+def hpc_job(argv: list[str], command: Command, page: PageRun) -> str:
+    argv, out, _ = redirects(argv)
+    done = run([sys.executable, "-m", "dask_hpc.batch", *argv[1:]], page, command.env)
+    assert done.returncode == 0, f"{' '.join(argv)}: {done.stderr.strip()}"
+    if out:
+        page.files[out] = done.stdout
+    return "ran"
+
+
 def hpc_cluster(argv: list[str], command: Command, page: PageRun) -> str:
     from dask_hpc.elastic.cli import build_parser, split_command
 
@@ -182,6 +191,7 @@ CHECKERS = {
     **dict.fromkeys(SUBMIT, submit),
     "invoke": invoke,
     "hpc-cluster": hpc_cluster,
+    "hpc-job": hpc_job,
     "python3": python,
     "python": python,
     "bash": shell_file,

@@ -4,7 +4,7 @@
 A page's ``bash``/``sh`` blocks hold commands, one per line (``\\`` continues a line, ``#``
 starts a comment, ``&&`` chains); ``{command-output}`` directives are commands the docs build
 runs. Each command goes to the checker of its program. Commands that can run here run, in a
-scratch directory per page holding links to the repository's files (``invoke job``,
+scratch directory per page holding links to the repository's files (``hpc-job``,
 ``hpc-cluster script``, ``openssl``, ``python3 -m venv``, ``pip wheel``); the others are
 dry-run: ``start-cluster`` under a launcher is planned (``plan.make_plan``, what
 ``--dry-run`` prints) in the environment that launcher gives a rank, its CPU binding and GPUs

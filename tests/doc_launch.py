@@ -76,7 +76,13 @@ def rank_environment(launcher: str, argv: Sequence[str], allocation: Sequence[st
         name = "slurm"
     elif launcher == "mpiexec" and "--ppn" in opts:  # HPE PALS
         n, per = int(opts["-n"]), int(opts["--ppn"])
-        cpus = int(opts.get("--depth") or 0) if opts.get("--cpu-bind") == "depth" else 0
+        bind = opts.get("--cpu-bind", "")
+        cpus = int(opts.get("--depth") or 0) if bind == "depth" else 0
+        if bind.startswith("list:"):  # the first rank's list: 1-17 or 1-8,105-112
+            first = bind[len("list:"):].split(":")[0]
+            cpus = sum(int(b) - int(a) + 1 for a, _, b in
+                       (part.partition("-") if "-" in part else (part, "-", part)
+                        for part in first.split(",")))
         env = {"PALS_RANKID": "0", "PALS_LOCAL_RANKID": "0", "PALS_NODEID": "0",
                "PMI_SIZE": str(n), "PMI_LOCAL_SIZE": str(per), "PBS_JOBID": "7.pbs01",
                "PALS_APID": "a1"}
@@ -106,6 +112,8 @@ def rank_environment(launcher: str, argv: Sequence[str], allocation: Sequence[st
             gpus = 0
     else:
         raise AssertionError(f"no emulation of launcher {launcher!r}")
+    if gpus and opts.get("--gpus-per-task"):  # srun's own GPU for each task (Frontier)
+        gpus = int(opts["--gpus-per-task"])
     if gpus:  # the allocation's GPUs, as Slurm hands them to its tasks
         env[VISIBLE.get(vendor or "nvidia", "CUDA_VISIBLE_DEVICES")] = ",".join(
             map(str, range(gpus))

@@ -3,6 +3,7 @@ nothing started (the harness's leak check runs after every test)."""
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 from pathlib import Path
@@ -65,6 +66,28 @@ BAD_INPUT = [
     (["cpu", "2", "--no-tls", "--protocol", "tls"], ["--protocol tls needs TLS"]),
     (["cpu", "2", "--protocol", "tcp"], ["unencrypted while TLS is on", "--no-tls"]),
     (["cpu", "2", "--protocol", "ucx"], ["--protocol ucx sends everything unencrypted"]),
+    # issue 35: a COMMAND without --, a limit of 16 bytes, a variable the rank does not have
+    (
+        ["cpu", "2", "python", "job.py"],
+        ["unrecognized arguments: python job.py",
+         "a COMMAND goes after --: start-cluster cpu 2 -- python job.py"],
+    ),
+    (
+        ["cpu", "2", "--nthreads", "1", "python", "job.py", "--size", "3"],
+        ["a COMMAND goes after --: start-cluster cpu 2 --nthreads 1 -- python job.py --size 3"],
+    ),
+    (["cpu", "2", "--lifetime", "55m"], ["unrecognized arguments: --lifetime 55m",
+                                         "see start-cluster --help"]),
+    (
+        ["cpu", "2", "--memory-limit", "16"],
+        ["--memory-limit '16' is 16 B, too little for a Dask worker (at least 256.00 MiB)",
+         "give a unit, e.g. 16GB (a bare number is bytes)"],
+    ),
+    (
+        ["cpu", "2", "--local-directory", "$DASK_HPC_NO_SUCH_VARIABLE/w"],
+        ["--local-directory $DASK_HPC_NO_SUCH_VARIABLE/w: $DASK_HPC_NO_SUCH_VARIABLE is not set",
+         "set DASK_HPC_NO_SUCH_VARIABLE in the job"],
+    ),
 ]
 
 
@@ -194,3 +217,19 @@ def test_a_message_line_is_one_write(monkeypatch) -> None:
     monkeypatch.setattr(sys, "stderr", recorder)
     say("error: this node runs 3 ranks")
     assert recorder.writes == ["start-cluster: error: this node runs 3 ranks\n"]
+
+
+def test_a_dry_run_into_a_closed_pipe_ends_quietly(cluster_env) -> None:
+    """`start-cluster ... --dry-run | head`: the reader gone before the plan is written; no
+    BrokenPipe traceback, the status of a process SIGPIPE ends (issue 35)."""
+    import subprocess
+
+    read, write = os.pipe()
+    os.close(read)  # nobody reads: the first write fails with EPIPE
+    try:
+        done = subprocess.run([*start_cluster(), "cpu", "2", "--dry-run"], stdout=write,
+                              stderr=subprocess.PIPE,
+                              env=cluster_env, timeout=60, text=True)
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr

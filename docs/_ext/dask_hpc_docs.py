@@ -10,7 +10,7 @@ They write Markdown (MyST), which the page they sit in parses: every page here i
 - ``site-table``: the site profiles (``src/dask_hpc/sites/*.yaml``).
 - ``module-map``: the modules of ``src/dask_hpc`` (or of the subpackage it names, e.g.
   ``elastic``) with the first paragraph of their docstrings.
-- ``command-output``: a command (``invoke job ...``, ``hpc-cluster script ...``), run when the
+- ``command-output``: a command (``hpc-job ...``, ``hpc-cluster script ...``), run when the
   page is built, and what it printed: a page shows the script the code writes, never an old one.
 """
 
@@ -33,8 +33,10 @@ from docutils.statemachine import StringList
 ROOT = Path(__file__).resolve().parents[2]
 SRC = ROOT / "src" / "dask_hpc"
 # The commands command-output runs, as this Python runs them (the docs build's environment).
+# The package's own commands: the docs build needs the package and its `docs` extra, nothing
+# of the checkout's development tools (invoke).
 RUNNERS = {
-    "invoke": [sys.executable, "-m", "invoke", "-r", str(ROOT)],
+    "hpc-job": [sys.executable, "-m", "dask_hpc.batch"],
     "hpc-cluster": [sys.executable, "-m", "dask_hpc.elastic"],
 }
 

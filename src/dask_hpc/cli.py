@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from . import __version__
-from .errors import UsageError, say
+from .errors import UsageError, say, stdout_closed
 
 USAGE = "start-cluster {cpu,gpu} WORKERS_PER_NODE [options] [-- COMMAND [ARGS...]]"
 EPILOG = """\
@@ -21,7 +21,8 @@ COMMAND's status. Without one, the cluster runs until client.shutdown(), SIGTERM
 
 examples:
   start-cluster cpu 2 -- python examples/pi.py
-  mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth start-cluster gpu 6 --site aurora
+  mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 \
+    start-cluster gpu 6 --site aurora
   srun -N 2 --ntasks-per-node 1 -c 32 --gres=gpu:4 start-cluster gpu 4   # a rank per node
 """
 
@@ -222,7 +223,18 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     options, command = split_command(argv)
-    args = build_parser().parse_args(options)
+    args, extra = build_parser().parse_known_args(options)
+    if extra:
+        problem = f"unrecognized arguments: {' '.join(extra)}"
+        if extra[0].startswith("-"):
+            raise UsageError(problem, "see start-cluster --help")
+        # start-cluster cpu 2 python job.py: a COMMAND without its --
+        at = len(options) - len(extra) if options[-len(extra) :] == extra else None
+        head = options[:at] if at is not None else [a for a in options if a not in extra]
+        raise UsageError(
+            problem,
+            f"a COMMAND goes after --: start-cluster {' '.join([*head, '--', *extra])}",
+        )
     args.command = command
     return args
 
@@ -235,12 +247,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     left_out = import_path.settle()  # before anything else is imported
     argv = sys.argv[1:] if argv is None else argv
     try:
-        args = parse(argv)
+        try:
+            args = parse(argv)
+        except BrokenPipeError:  # --help | head
+            return stdout_closed()
         plan = make_plan(args)
         if left_out and plan.rank.is_first:
             plan.notes.append(left_out)
         if args.dry_run:
-            print(json.dumps(plan.describe(), indent=2))
+            try:
+                print(json.dumps(plan.describe(), indent=2), flush=True)
+            except BrokenPipeError:  # --dry-run | head: the reader has what it wanted
+                return stdout_closed()
             return 0
         # Forked before this rank imports distributed: on rank 0 the host's import runs beside
         # the scheduler's (see nanny_host).

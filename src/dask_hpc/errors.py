@@ -21,6 +21,16 @@ def say(message: str) -> None:
         os.close(devnull)
 
 
+def stdout_closed() -> int:
+    """What a command does when its stdout's reader has gone (``--dry-run | head``): no
+    traceback; stdout pointed at /dev/null so that Python's exit flush does not fail on it;
+    the exit status of a process killed by SIGPIPE (128 + 13), as ``yes | head`` leaves."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
+
+
 class UsageError(Exception):
     """Bad input or an unusable environment: printed as one line, exit status 2."""
 

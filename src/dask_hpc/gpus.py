@@ -99,8 +99,11 @@ def gpu_node(
     tiles: int,
     workers_per_node: int,
     root: Path = Path("/"),
+    order: str = "local-rank",
 ) -> GpuNode:
-    """Work out the devices this rank hands to its GPU workers, or fail clearly."""
+    """Work out the devices this rank hands to its GPU workers, or fail clearly. ``order``
+    ``reverse``: the i-th worker of a node gets the last device but i (a site whose GPUs are
+    numbered against its CPUs' order: ALCF Polaris); a launcher's narrowing is kept as it is."""
     vendor_name = vendor_name or probe_vendor(root)
     if vendor_name is None:
         raise UsageError(
@@ -133,7 +136,8 @@ def gpu_node(
         if flat:
             extra["ZE_ENABLE_PCI_ID_DEVICE_ORDER"] = "1"
             slots = count * tiles
-    return GpuNode(vendor, tuple(str(i) for i in range(slots)), False, source, tiles, extra)
+    indices = range(slots - 1, -1, -1) if order == "reverse" else range(slots)
+    return GpuNode(vendor, tuple(str(i) for i in indices), False, source, tiles, extra)
 
 
 def worker_gpu_env(node: GpuNode, index: int, workers_here: int) -> dict[str, str]:

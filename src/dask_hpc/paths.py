@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from . import config, launchers, private
 from .errors import UsageError
-from .sites import Site
+from .sites import Site, expand_vars
 
 SCHEDULER_FIX = (
     "pass --scheduler-file in a directory only you can write (by default ~/.dask-hpc is used)"
@@ -39,7 +40,8 @@ def cluster_paths(
         file = Path(args.join).expanduser().absolute()
         return file.parent, file
     if args.scheduler_file:
-        file = Path(args.scheduler_file).expanduser().absolute()
+        given = given_path(args.scheduler_file, "--scheduler-file", env)
+        file = Path(given).expanduser().absolute()
         return file.parent / f"{file.stem}.dask-hpc", file
     base = config.get("scheduler-directory") or site.expand(site.scheduler_directory, env)
     if not base:
@@ -61,7 +63,22 @@ def check_cluster_paths(cluster_dir: Path, scheduler_file: Path, first: bool) ->
         private.refuse_foreign(scheduler_file, "scheduler file", SCHEDULER_FIX)
 
 
+def given_path(text: str, option: str, env: Mapping[str, str]) -> str:
+    """A directory given on the command line with its ``$VAR``s expanded in this rank's
+    environment, as a job script's shell would (dask-jobqueue's ``local_directory='$TMPDIR'``
+    reaches start-cluster quoted); a UsageError naming a variable that is not set."""
+    expanded = expand_vars(text, env)
+    if expanded is None:
+        missing = [v for v in re.findall(r"\$\{?(\w+)\}?", text) if not env.get(v)]
+        raise UsageError(
+            f"{option} {text}: ${missing[0]} is not set on this node",
+            f"give a directory, or set {missing[0]} in the job",
+        )
+    return expanded
+
+
 def local_base(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
     """Where each rank makes its private local directory (``private_local_directory``)."""
-    text = args.local_directory or site.expand(site.local_directory, env) or tempfile.gettempdir()
+    given = args.local_directory and given_path(args.local_directory, "--local-directory", env)
+    text = given or site.expand(site.local_directory, env) or tempfile.gettempdir()
     return _usable_directory(Path(text).expanduser().absolute(), "local directory", LOCAL_FIX)

@@ -190,7 +190,7 @@ def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
             f"--memory-limit {text!r} is not a memory size",
             "write it like 16GB, 512MiB, or a fraction of the node such as 0.25",
         )
-    return limit
+    return resources.check_worker_memory(limit, text, "--memory-limit")
 
 
 def private_local_directory(plan: Plan) -> Path:

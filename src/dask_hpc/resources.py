@@ -8,6 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Less memory than this, and a Dask worker (about 100-150 MB once its modules are loaded) is
+# over its limit from the start: its Nanny restarts it again and again. A bare number is
+# bytes to Dask: "--memory-limit 16" was 16 bytes, and the workers restarted in a loop.
+MIN_WORKER_MEMORY = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -175,3 +179,18 @@ def raise_open_files(needed: int) -> str | None:
             "site for a higher limit, or start fewer workers per rank"
         )
     return None
+
+
+def check_worker_memory(value: int, text: str | int, what: str) -> int:
+    """``value`` (bytes, read from ``text``), or a UsageError when no worker could run in it."""
+    if value < MIN_WORKER_MEMORY:
+        from dask.utils import format_bytes
+
+        from .errors import UsageError
+
+        raise UsageError(
+            f"{what} {text!r} is {format_bytes(value)}, too little for a Dask worker (at least "
+            f"{format_bytes(MIN_WORKER_MEMORY)})",
+            "give a unit, e.g. 16GB (a bare number is bytes)",
+        )
+    return value

@@ -20,6 +20,8 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "none")
 GPU_VENDORS = ("nvidia", "intel", "amd")
 CPU_UNITS = ("threads", "cores")
+GPU_ORDERS = ("local-rank", "reverse")  # reverse: local rank i gets GPU N-1-i (ALCF Polaris)
+CPU_BINDS = ("launcher", "list")  # list: explicit lists of CPUs per rank (batch.cpus)
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,12 @@ class Site:
     batch_requests: Mapping[str, str | None] = field(default_factory=dict)  # over systems.yaml's
     batch_cpu_unit: str = "threads"  # what the batch system counts as a CPU: threads or cores
     image: str | None = None  # the site's image file name; None: the job's own Python
+    cpu_sockets: int = 1  # sockets of a node: ranks are shared out among them (batch.cpus)
+    cpu_reserved: tuple[int, ...] = ()  # physical cores the site keeps for the system
+    gpu_order: str = "local-rank"  # which GPU a rank's worker gets: local-rank, or reverse
+    batch_cpu_bind: str = "launcher"  # how a launcher binds ranks: its own way, or list
+    batch_gpu_bind: str | None = None  # launcher options that give each gpu rank its GPU
+    batch_container: str | None = None  # why the site's jobs run no image (image: null)
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -61,12 +69,18 @@ class Site:
 
     def expand(self, path: str | None, env: Mapping[str, str]) -> str | None:
         """Expand ``$VAR`` in a profile path with ``env``; None if a variable is unset."""
-        if path is None:
-            return None
-        missing = [v for v in re.findall(r"\$\{?(\w+)\}?", path) if not env.get(v)]
-        if missing:
-            return None
-        return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
+        return expand_vars(path, env)
+
+
+def expand_vars(path: str | None, env: Mapping[str, str]) -> str | None:
+    """``path`` with its ``$VAR``s and ``${VAR}``s from ``env``; None if one is unset or empty
+    (or ``path`` is None)."""
+    if path is None:
+        return None
+    missing = [v for v in re.findall(r"\$\{?(\w+)\}?", path) if not env.get(v)]
+    if missing:
+        return None
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
 
 
 def _from_mapping(data: Mapping[str, Any]) -> Site:
@@ -100,11 +114,21 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         batch_requests=dict(batch.get("requests") or {}),
         batch_cpu_unit=str(batch.get("cpu_unit") or "threads"),
         image=data.get("image", f"dask-hpc-{data['name']}.sif"),  # one name everywhere
+        cpu_sockets=int(cpu.get("sockets") or 1),
+        cpu_reserved=tuple(int(c) for c in cpu.get("reserved_cores") or ()),
+        gpu_order=str(gpu.get("order") or "local-rank"),
+        batch_cpu_bind=str(batch.get("cpu_bind") or "launcher"),
+        batch_gpu_bind=batch.get("gpu_bind"),
+        batch_container=batch.get("container"),
     )
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")
     if site.batch_cpu_unit not in CPU_UNITS:
         raise ValueError(f"site {site.name}: unknown batch cpu_unit {site.batch_cpu_unit!r}")
+    if site.gpu_order not in GPU_ORDERS:
+        raise ValueError(f"site {site.name}: unknown gpu order {site.gpu_order!r}")
+    if site.batch_cpu_bind not in CPU_BINDS:
+        raise ValueError(f"site {site.name}: unknown batch cpu_bind {site.batch_cpu_bind!r}")
     if site.gpu_vendor not in (None, *GPU_VENDORS):
         raise ValueError(f"site {site.name}: unknown gpu vendor {site.gpu_vendor!r}")
     return site

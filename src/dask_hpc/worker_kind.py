@@ -23,7 +23,9 @@ def gpu_node(
     notes: list[str],
 ) -> gpus.GpuNode:
     """The node's GPUs, checked to hold one device per worker."""
-    node = gpus.gpu_node(env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root)
+    node = gpus.gpu_node(
+        env, site.gpu_vendor, site.gpu_count, site.gpu_tiles, wpn, gpu_root, site.gpu_order
+    )
     capacity = len(node.devices)
     keeps_launcher_device = node.narrowed and capacity == 1 and workers_here == 1
     if wpn > capacity and not keeps_launcher_device:

@@ -38,8 +38,14 @@ def image_keys(tmp_path_factory: pytest.TempPathFactory) -> ImageKeys:
 @pytest.fixture(scope="session")
 def local_image(tmp_path_factory: pytest.TempPathFactory, image_keys: ImageKeys) -> Path:
     """The image `invoke build --site local` makes, built once per session (for real), signed
-    with the session's site key; its sha256 recorded beside it."""
+    with the session's site key; its sha256 recorded beside it. DASK_HPC_TEST_LOCAL_IMAGE names
+    one built before (unsigned: tests that verify a signature fail with it)."""
     require_apptainer()
+    prebuilt = os.environ.get("DASK_HPC_TEST_LOCAL_IMAGE")
+    if prebuilt:  # a developer's image of this tree, built once (invoke build --site local)
+        path = Path(prebuilt)
+        assert (path.parent / f"{path.name}.sha256").is_file(), f"{prebuilt}: no .sha256 beside it"
+        return path
     out = tmp_path_factory.mktemp("image") / "dask-hpc-local.sif"
     result = subprocess.run(
         invoke_argv(

@@ -113,10 +113,10 @@ def test_aurora_has_level_zero_and_dpnp_with_one_sycl_runtime() -> None:
     assert "apt-get install -y -q --no-install-recommends libze1 libze-intel-gpu1" in text
     assert "find_spec('dpnp')" in text and "libze_loader.so.1" in text
     assert "--nv" not in text and "--rocm" not in text
-    # 104 cores over 6 ranks a node: each rank's worker gets a block of 17 (PALS --depth)
+    # 51 usable cores a socket, 3 ranks each: blocks of 17, never cores 0 and 52 (ALCF's lists)
     assert (
-        "mpiexec -n 12 --ppn 6 --depth=17 --cpu-bind depth apptainer exec IMAGE start-cluster gpu 6"
-        in text
+        "mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 apptainer "
+        "exec IMAGE start-cluster gpu 6" in text
     )
 
 

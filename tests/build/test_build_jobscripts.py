@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +32,45 @@ def test_every_batch_system_has_a_golden() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
+def test_the_installed_command_writes_the_same_script(run_cmd, name: str, tmp_path) -> None:
+    """hpc-job (the package's command: no checkout, no invoke) is invoke job, from anywhere."""
+    result = run_cmd([sys.executable, "-m", "dask_hpc.batch", *CASES[name]], cwd=tmp_path,
+                     timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (GOLDEN / f"{name}.sh").read_text()
+
+
+def test_hpc_job_into_a_closed_pipe_ends_quietly(tagged_env) -> None:
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dask_hpc.batch", *CASES["pbs-aurora"]], stdout=write,
+            stderr=subprocess.PIPE, text=True, env=tagged_env, timeout=60,
+        )
+    finally:
+        os.close(write)
+    assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--site", "generic", "--nodes", "1", "--", "x"],
+         "hpc-job: error: site generic has no batch system; name one with --batch-system"),
+        (["--site", "polaris", "--", "x"],
+         "hpc-job: error: the following arguments are required: --nodes; see hpc-job --help"),
+        (["--site", "polaris", "--nodes", "1", "--memory-per-worker", "16", "--", "x"],
+         "hpc-job: error: memory per worker '16' is 16 B, too little for a Dask worker"),
+    ],
+)
+def test_hpc_job_bad_input_is_one_line(run_cmd, args: list[str], says: str) -> None:
+    result = run_cmd([sys.executable, "-m", "dask_hpc.batch", *args], timeout=60)
+    assert result.returncode == 2 and result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(says), result.stderr
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
 def test_golden_scripts_are_valid_bash(run_cmd, name: str) -> None:
     run_cmd(["bash", "-n", str(GOLDEN / f"{name}.sh")], timeout=10).check()
 
@@ -44,8 +86,8 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     text = out.read_text()
     assert "dask_hpc_image=$(readlink -e -- dask-hpc-polaris.sif)" in text  # settled once
     assert (
-        "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "
-        '"$dask_hpc_image" start-cluster gpu 4'
+        "mpiexec -n 4 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv "
+        '${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 4'
         in text
     )
 
@@ -88,7 +130,8 @@ def test_generated_slurm_script_runs_on_slurm(
     assert 'apptainer verify --key "$dask_hpc_key" "$dask_hpc_image"' in script
     assert (
         "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
-        '--kill-on-bad-exit=0 apptainer exec --nv "$dask_hpc_image" '
+        '--kill-on-bad-exit=0 apptainer exec --nv ${dask_hpc_binds:+--bind "$dask_hpc_binds"} '
+        '"$dask_hpc_image" '
         f"start-cluster cpu 2 --site deepops -- python {pi}" in script
     )
     env = {**cluster_env, **slurm_cluster.env}

@@ -195,3 +195,21 @@ def test_lint_reports_a_stale_or_orphan_definition(tmp_path: Path) -> None:
     assert "containers/frontier.def: out of date" in problems
     assert "containers/extra.def: no build data containers/extra.yaml" in problems
     assert "containers/aurora.def: missing" in problems
+
+
+def test_invoke_job_h_gives_its_help(invoke) -> None:
+    """`-h` was taken for --launcher's short flag ("Flag <Argument: launcher (h)> needed
+    value"); the options are long ones only, as hpc-job's (issue 35)."""
+    result = invoke("job", "-h")
+    assert result.returncode == 0, result.stderr
+    assert "Usage: inv[oke] [--core-opts] job" in result.stdout
+    for option in ("--site", "--nodes", "--batch-system", "--launcher", "--python"):
+        assert option in result.stdout
+
+
+def test_invoke_job_on_the_generic_site_names_batch_system(invoke) -> None:
+    _one_line_error(
+        invoke("job", "--site", "generic", "--nodes", "1", "--", "python", "job.py"),
+        "site generic has no batch system; name one with --batch-system (slurm, pbs, lsf, "
+        "cobalt), or run start-cluster directly",
+    )

@@ -17,11 +17,17 @@ from dask_hpc.sites import all_sites, load_site
 
 # What each site's default job asks per node (2 nodes), gpu workers where it has GPUs.
 EXPECTED = {
-    "aurora": ["#PBS -l select=2", "mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth"],
-    "polaris": ["#PBS -l select=2", "mpiexec -n 8 --ppn 4 --depth=16 --cpu-bind depth"],
+    "aurora": [
+        "#PBS -l select=2",
+        "mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 ",
+    ],
+    "polaris": ["#PBS -l select=2", "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth "],
     "sophia": ["#PBS -l select=2", "--map-by ppr:8:node:pe=16"],
     "perlmutter": ["--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-node=4"],
-    "frontier": ["--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-node=8"],
+    "frontier": [
+        "--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-node=8",
+        " --gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ",
+    ],
     "summit": ["#BSUB -nnodes 2", "--cpu_per_rs 7 --gpu_per_rs 1"],
     "thetagpu": ["#COBALT -n 2", "--map-by ppr:8:node:pe=16"],
 }

@@ -6,13 +6,17 @@ argument means what it means there or is refused in one line naming ours."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from distributed.system import MEMORY_LIMIT
 
 from dask_hpc import HPCCluster
+from dask_hpc.batch.script import render
 from dask_hpc.elastic.jobqueue_args import REFUSED, scale_workers, translate
+from dask_hpc.elastic.pools import make_pool
 from dask_hpc.errors import UsageError
+from dask_hpc.sites import load_site
 
 # dask-jobqueue's docs: index.rst, clusters-example-deployments.rst (3), SLURMCluster's
 # docstring. Each: (the call's arguments, workers per job, threads and memory each).
@@ -135,3 +139,75 @@ def test_scale_by_memory_and_cores_as_jobqueue() -> None:
         scale_workers(None, "16GB", None, 2, None)
     with pytest.raises(UsageError, match="scale by one of n, jobs, memory and cores"):
         scale_workers(3, "16GB", None, 2, "4GB")
+
+
+# ---------------------------------------------------------------- issue 35
+JOBQUEUE_WALLTIME_RECIPE = ["--lifetime", "55m", "--lifetime-stagger", "4m"]  # its docs' own
+
+
+def test_jobqueues_walltime_recipe_is_our_walltime_recycling(tmp_path: Path) -> None:
+    """dask-jobqueue's ``worker_extra_args=["--lifetime", "55m", "--lifetime-stagger", "4m"]``
+    (start-cluster takes no --lifetime: every job failed at start): the workers retire as it
+    says, through the cluster's own recycling (Dask's lifetime set in the job, replacements
+    queued before), and nothing of it reaches start-cluster."""
+    ours = translate({"worker_extra_args": JOBQUEUE_WALLTIME_RECIPE}, {"walltime": "01:00:00"})
+    pool = make_pool("cpu", "cpu", load_site("generic"), batch_system="slurm",
+                     walltime="01:00:00", worker_args=ours["worker_args"])
+    assert pool.worker_args == () and pool.lifetime() == (3300.0, 240.0)
+    assert pool.lifetime_margin == 300.0
+    text = render(pool.request(load_site("generic"), "slurm", "dh1-cpu-1", tmp_path / "s.json",
+                               tmp_path / "log", binds=()))
+    assert "export DASK_DISTRIBUTED__WORKER__LIFETIME__DURATION=3300s\n" in text
+    assert "export DASK_DISTRIBUTED__WORKER__LIFETIME__STAGGER=240s\n" in text
+    assert "--lifetime" not in text
+
+
+@pytest.mark.parametrize(
+    "worker_args, says",
+    [
+        (["--lifetime", "59m", "--lifetime-stagger", "4m"],
+         "worker_args --lifetime 59m --lifetime-stagger 4m: workers would retire after the "
+         "walltime 01:00:00 ends their job; give a lifetime plus stagger under the walltime"),
+        (["--lifetime-stagger", "4m"], "worker_args --lifetime-stagger without --lifetime"),
+        (["--lifetime", "soon"], "worker_args --lifetime 'soon' is not a duration; e.g. 55m"),
+        (["--lifetime-restart"], "worker_args --lifetime-restart: the cluster replaces"),
+        (["--lifetimes", "3"], "worker_args: unrecognized arguments: --lifetimes 3; they are "
+         "start-cluster's options (start-cluster --help)"),
+        (["--nthreads", "two"], "worker_args: argument --nthreads: 'two' is not a positive"),
+    ],
+)
+def test_worker_args_start_cluster_would_refuse_are_refused_up_front(worker_args, says) -> None:
+    with pytest.raises(UsageError) as error:
+        make_pool("cpu", "cpu", load_site("generic"), batch_system="slurm",
+                  walltime="01:00:00", worker_args=worker_args)
+    assert str(error.value).startswith(says) and "\n" not in str(error.value)
+
+
+@pytest.mark.slurm
+@pytest.mark.timeout(300)
+def test_jobqueues_lifetime_and_tmpdir_local_directory_run_on_slurm(
+    make_cluster, elastic_env: Path, tmp_path: Path
+) -> None:
+    """Both as dask-jobqueue's docs write them: the lifetime recipe runs (before: the job
+    exited at once, "unrecognized arguments"), and ``local_directory='$TMPDIR'`` (single-quoted
+    in its PBS examples) is the job's TMPDIR, not a directory named $TMPDIR."""
+    node_tmp = tmp_path / "node-tmp"
+    node_tmp.mkdir()
+    cluster = make_cluster(
+        "cpu", walltime="00:10:00", local_directory="$TMPDIR",
+        worker_extra_args=["--lifetime", "9m", "--lifetime-stagger", "30s"],
+        job_script_prologue=[f"export TMPDIR={node_tmp}"],
+    )
+    assert "--local-directory '$TMPDIR'" in cluster.job_script()  # expanded by each rank
+    cluster.scale(jobs=1)
+    client = cluster.get_client()
+    client.wait_for_workers(1, timeout=180)
+    dirs = client.run(lambda dask_worker: dask_worker.local_directory)
+    assert all(d.startswith(f"{node_tmp}/dask-hpc-") for d in dirs.values()), dirs
+    import dask
+
+    lifetimes = client.run(lambda: dask.config.get("distributed.worker.lifetime.duration"))
+    assert set(lifetimes.values()) == {"540s"}, lifetimes
+    client.close()
+    assert not [p for p in (*tmp_path.rglob("*"), *elastic_env.rglob("*"), *Path.cwd().glob("*"))
+                if p.name == "$TMPDIR"]

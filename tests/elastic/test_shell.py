@@ -112,7 +112,7 @@ def test_script_prints_the_job_script_and_submits_nothing(run_cmd, shell_env, el
         env=shell_env,
     ).check()
     assert "#PBS -l select=1" in result.stdout and "#PBS -A proj" in result.stdout
-    assert "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv --bind " in (
+    assert "mpiexec -n 4 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv --bind " in (
         result.stdout
     )
     assert f"dask_hpc_image=$(readlink -e -- {image})" in result.stdout

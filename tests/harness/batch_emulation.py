@@ -411,6 +411,7 @@ def pals_mpiexec(args: Sequence[str]) -> int:
     items = list(args)
     n = ppn = None
     depth = 1
+    cpu_bind = None
     while items and items[0].startswith("-"):
         arg = items.pop(0)
         key, _, value = arg.partition("=")
@@ -422,15 +423,33 @@ def pals_mpiexec(args: Sequence[str]) -> int:
             ppn = int(value)
         elif key in ("--depth", "-d"):
             depth = int(value)
+        elif key == "--cpu-bind" and value.startswith("list:"):
+            cpu_bind = value
     hosts = unique_lines(os.environ["PBS_NODEFILE"])
     n = n or len(hosts)
     ppn = ppn or -(-n // len(hosts))
+    if cpu_bind:
+        lists = cpu_bind.removeprefix("list:").split(":")
+        if len(lists) < ppn:  # PALS: a list for each rank of a node
+            return fail(f"mpiexec: --cpu-bind list: has {len(lists)} lists for {ppn} ranks", 1)
+        cpu_bind = "list:" + ":".join(fold_cpus(c) for c in lists)
     short = [h.split(".")[0] for h in hosts]
     jobdir = Path(os.environ["DASK_HPC_EMU_JOBDIR"])
-    env, launcher = pals_ranks(jobdir, short, n, ppn, depth=depth)
+    env, launcher = pals_ranks(jobdir, short, n, ppn, depth=depth, cpu_bind=cpu_bind)
     os.environ.update(env)
     os.execvp(launcher[0], [*launcher, *items])
     return 1
+
+
+def fold_cpus(text: str) -> str:
+    """A rank's CPU list (``1-8,105-112``) on this host: each CPU modulo the CPUs here (an
+    Aurora node has 208, this host a few: EMULATED binding, the same lists' shape)."""
+    here = os.cpu_count() or 1
+    cpus: set[int] = set()
+    for part in text.split(","):
+        low, _, high = part.partition("-")
+        cpus.update(c % here for c in range(int(low), int(high or low) + 1))
+    return ",".join(str(c) for c in sorted(cpus))
 
 
 def jsrun(args: Sequence[str]) -> int:

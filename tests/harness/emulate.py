@@ -223,10 +223,16 @@ def emulated_cobalt(
     Job-level: ``COBALT_JOBID``, ``COBALT_NODEFILE`` (one line per node), ``COBALT_PARTNAME``,
     ``COBALT_JOBSIZE``, ``COBALT_PARTSIZE``, ``COBALT_QUEUE``. Ranks see Open MPI's variables.
     """
-    wd = Path(workdir)
+    env = cobalt_job_env(Path(workdir), nodes, jobid)
+    env.update(extra_env or {})
+    return [*_env_prefix(env), *openmpi(nodes * ppn, ppn=ppn, hostfile=env["COBALT_NODEFILE"])]
+
+
+def cobalt_job_env(workdir: Path, nodes: int, jobid: str = "10086") -> dict[str, str]:
+    """The variables a Cobalt job has (ThetaGPU); writes ``COBALT_NODEFILE``."""
     hosts = [f"thetagpu{i + 5:02d}" for i in range(nodes)]
-    nodefile = write_hostfile(hosts, wd / f"cobalt-nodefile-{jobid}")
-    env = {
+    nodefile = write_hostfile(hosts, workdir / f"cobalt-nodefile-{jobid}")
+    return {
         "COBALT_JOBID": jobid,
         "COBALT_NODEFILE": str(nodefile),
         "COBALT_PARTNAME": ",".join(hosts),
@@ -234,8 +240,6 @@ def emulated_cobalt(
         "COBALT_PARTSIZE": str(nodes),
         "COBALT_QUEUE": "full-node",
     }
-    env.update(extra_env or {})
-    return [*_env_prefix(env), *openmpi(nodes * ppn, ppn=ppn, hostfile=nodefile)]
 
 
 def emulated_sbatch_leak(

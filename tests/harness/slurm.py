@@ -103,9 +103,11 @@ class SlurmCluster:
         slurmd_timeout: int = 30,
         gpus: int = 0,
         memory_mb: int = 1024,
+        features: str = "",
     ) -> None:
         self.root = Path(workdir).resolve()
         self.gpus = gpus
+        self.features = features  # the nodes' Features (a site's --constraint=gpu, -C nvme)
         self.memory_mb = memory_mb  # RealMemory: what --mem may ask (memory is not consumed)
         self.nodes = [f"node{i + 1}" for i in range(nodes)]
         self.cpus = cpus
@@ -139,6 +141,7 @@ class SlurmCluster:
         ports = free_ports(1 + len(self.nodes))
         ctld_port, node_ports = ports[0], ports[1:]
         gres = f" Gres=gpu:{self.gpus}" if self.gpus else ""
+        gres += f" Features={self.features}" if self.features else ""
         node_lines = "\n".join(
             f"NodeName={n} NodeHostname={n} NodeAddr=127.0.0.1 Port={p} CPUs={self.cpus} "
             f"Boards=1 SocketsPerBoard=1 CoresPerSocket={self.cpus} ThreadsPerCore=1 "

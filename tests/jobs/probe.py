@@ -28,6 +28,7 @@ def worker_view(dask_worker):
         "resources": worker.state.total_resources,
         "spill": dask.config.get("distributed.worker.memory.spill"),
         "cpus": sorted(os.sched_getaffinity(0)),
+        "local_directory": worker.local_directory,
     }
 
 

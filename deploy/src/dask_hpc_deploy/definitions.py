@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -60,14 +61,24 @@ def _tests(build: Mapping[str, object]) -> str:
 
 def launch_example(target: Target) -> str:
     """The site's launcher running one container per rank (for %help and the docs)."""
-    from dask_hpc.batch.script import launch_command  # the launcher data lives there
+    from dask_hpc.batch import container
+    from dask_hpc.batch.script import launch_command, per_rank, site_placement
     from dask_hpc.sites import all_sites
 
     gpus = int(target.build.get("example_workers_per_node") or 2)
     kind = "gpu" if target.gpu_vendor else "cpu"
     site = all_sites().get(target.name)
-    return launch_command(
-        launcher=target.launcher,
+    fields: dict[str, int | str] = {
+        "nodes": 2, "per_node": gpus, "ranks": 2 * gpus, "gpus_per_rank": int(kind == "gpu"),
+        **per_rank(gpus, site.cpu_cores if site else None, None),
+    }
+    launcher, options = target.launcher, ""
+    if site:  # the site's own CPU and GPU maps, and its directories bound (as in its jobs)
+        launcher, options = site_placement(
+            site, launcher, site.batch_system, fields, kind == "gpu"
+        )
+    line = launch_command(
+        launcher=launcher,
         batch_system=site.batch_system if site else None,
         nodes=2,
         workers_per_node=gpus,
@@ -75,8 +86,11 @@ def launch_example(target: Target) -> str:
         argv=["start-cluster", kind, str(gpus), "--", "python", "job.py"],
         image="IMAGE",
         gpu_flag=target.gpu_flag,
-        cores=site.cpu_cores if site else None,
+        binds=[path for path, _ in container.site_binds(site)] if site else (),
+        fields=fields,
+        options=options,
     )
+    return re.sub(r"'([^' ]*\$[^' ]*)'", r'"\1"', line)  # a bind's $VAR, expanded in the job
 
 
 def render(target: Target) -> str:

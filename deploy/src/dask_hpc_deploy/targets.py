@@ -7,6 +7,7 @@ site profiles that every rank reads: a rank never needs base images or package l
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -18,8 +19,22 @@ import yaml
 from dask_hpc.errors import UsageError
 from dask_hpc.sites import all_sites
 
-#: The repository this package works on (an editable install from ``deploy/``).
-REPO = Path(__file__).resolve().parents[3]
+
+def _repository() -> Path:
+    """The checkout this package works on: ``$DASK_HPC_REPO`` (tasks.py sets it to its own
+    directory), else the one an editable install of ``deploy/`` sits in, else the working
+    directory or one above it. A non-editable install lives in site-packages, beside no
+    checkout: ``invoke`` from the checkout still finds it."""
+    given = os.environ.get("DASK_HPC_REPO")
+    here = Path(__file__).resolve().parents[3]
+    for candidate in [*([Path(given)] if given else []), here, Path.cwd(), *Path.cwd().parents]:
+        if (candidate / "containers").is_dir() and (candidate / "deploy").is_dir():
+            return candidate.resolve()
+    return Path(given) if given else here
+
+
+#: The repository this package works on.
+REPO = _repository()
 CONTAINERS = REPO / "containers"
 
 # How each distribution's package manager installs packages (rendered into %post).
@@ -70,7 +85,13 @@ def all_targets() -> dict[str, Target]:
     """Every build target by name: each ``containers/*.yaml``, with its site profile if any."""
     sites = all_sites()
     targets = {}
-    for path in sorted(CONTAINERS.glob("*.yaml")):
+    found = sorted(CONTAINERS.glob("*.yaml"))
+    if not found:
+        raise UsageError(
+            f"no build targets in {CONTAINERS}",
+            "run invoke from dask-hpc's checkout (or set DASK_HPC_REPO to it)",
+        )
+    for path in found:
         data = build_data(path.stem)
         site = sites.get(path.stem)
         if site is None:

@@ -22,6 +22,7 @@ from dask.utils import parse_bytes
 
 from .. import config
 from ..errors import UsageError
+from ..resources import check_worker_memory
 from ..sites import Site
 
 REQUESTS = ("nodes", "ranks", "cpus", "gpus", "memory")
@@ -80,8 +81,10 @@ def option_value(args: Sequence[str], name: str) -> str | None:
 def memory_bytes(text: str | int | None, what: str) -> int | None:
     """A memory size in bytes (``16GB``, ``512MiB``, a number); None for None; a fraction or
     ``auto`` (a share of whatever the node has) is not a size to ask for: None."""
-    if text is None or isinstance(text, int):
-        return text
+    if text is None:
+        return None
+    if isinstance(text, int):
+        return check_worker_memory(text, text, what)
     if text == "auto" or re.fullmatch(r"0?\.\d+|1(\.0*)?", text.strip()):
         return None
     try:
@@ -90,7 +93,7 @@ def memory_bytes(text: str | int | None, what: str) -> int | None:
         value = 0
     if value <= 0:
         raise UsageError(f"{what} {text!r} is not a memory size", "write it like 16GB or 512MiB")
-    return value
+    return check_worker_memory(value, text, what)
 
 
 def worker_settings(

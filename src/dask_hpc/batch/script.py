@@ -13,38 +13,31 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .. import images, import_path, private
+from .. import images, private
 from ..errors import UsageError
 from ..sites import Site, load_site
+from . import container, cpus, requests
 from . import image as image_lines
-from . import requests
+from .launch import (  # noqa: F401  (launch_command, status_from_rank0: used from here too)
+    apptainer_gpu_flag,
+    data,
+    launch_command,
+    per_rank,
+    start_cluster_argv,
+    status_from_rank0,
+)
 from .templating import Template
 
 WORKER_TYPES = ("cpu", "gpu")
 
 
-@cache
-def data() -> dict[str, Any]:
-    """``systems.yaml``: batch systems, launchers, Apptainer's GPU flags."""
-    text = resources.files(__package__).joinpath("systems.yaml").read_text()
-    return yaml.safe_load(text)
-
-
 def template(name: str) -> Template:
     """The job script template ``templates/NAME``."""
     return Template(resources.files(__package__).joinpath("templates", name).read_text())
-
-
-def apptainer_gpu_flag(vendor: str | None) -> str:
-    """``--nv``, ``--rocm`` or nothing: what ``apptainer exec`` needs for this vendor's GPUs."""
-    return str(data()["apptainer_gpu_flags"].get(vendor) or "") if vendor else ""
 
 
 @dataclass(frozen=True)
@@ -130,80 +123,6 @@ def launcher_for(site: Site, batch_system: str, override: str | None = None) -> 
     return str(system_table(batch_system)["launcher"])
 
 
-def launch_command(
-    *,
-    launcher: str,
-    batch_system: str | None,
-    nodes: int,
-    workers_per_node: int,
-    worker_type: str,
-    argv: Sequence[str],
-    image: str | None = None,
-    gpu_flag: str = "",
-    binds: Sequence[str] = (),
-    cores: int | None = None,
-    threads: int | None = None,
-    fields: Mapping[str, int] | None = None,
-) -> str:
-    """``LAUNCHER [apptainer exec [--nv|--rocm] IMAGE] ARGV``: one rank per worker.
-    ``fields``: the job's shape (``requests.Shape.fields``), else from ``cores``/``threads``.
-    Launcher ``mpi``: a ``case`` on the job's own mpiexec, one line per MPI it may be."""
-    fields = fields or {
-        "nodes": nodes,
-        "per_node": workers_per_node,
-        "ranks": nodes * workers_per_node,
-        **per_rank(workers_per_node, cores, threads),
-        "gpus_per_rank": 1 if worker_type == "gpu" else 0,
-    }
-    command = _exec_argv(argv, image, gpu_flag, binds)
-    if launcher == "mpi":
-        return mpi_case(batch_system, fields, command)
-    return " ".join(p for p in (_prefix(launcher, batch_system, fields), command) if p)
-
-
-def _prefix(launcher: str, batch_system: str | None, fields: Mapping[str, int]) -> str:
-    """The launcher's own words: LAUNCHER-BATCHSYSTEM's line where there is one."""
-    launchers = data()["launchers"]
-    return str(launchers.get(f"{launcher}-{batch_system}", launchers[launcher])).format(**fields)
-
-
-def mpi_case(batch_system: str | None, fields: Mapping[str, int], command: str) -> str:
-    """A shell ``case`` that runs the launch line of the MPI the job's mpiexec is (its path
-    and ``--version``), or stops with one line when it is none of the batch system's."""
-    flavours = data()["mpi_flavours"]
-    names = data()["mpi_candidates"].get(batch_system or "")
-    if not names:
-        raise UsageError(f"no MPI is known under batch system {batch_system}", "pick --launcher")
-    lines = [
-        "# The MPI of this job's mpiexec, told apart by its path and version:",
-        'mpi="$(command -v mpiexec || true) $(mpiexec --version 2>&1 | head -n 1 || true)"',
-        'case "$mpi" in',
-    ]
-    for name in names:
-        patterns = "|".join(re.sub(r"([ ()])", r"\\\1", p) for p in flavours[name])
-        lines.append(f"  {patterns}) {_prefix(name, batch_system, fields)} {command} ;;")
-    problem = f"mpiexec is none of {', '.join(names)} ($mpi)"
-    fix = "load the site's MPI module, or name the launcher (--launcher)"
-    lines += [
-        f'  *) echo "dask-hpc: {problem}; {fix}" >&2; exit 2 ;;',
-        "esac",
-    ]
-    return "\n".join(lines)
-
-
-def _exec_argv(
-    argv: Sequence[str], image: str | None, gpu_flag: str, binds: Sequence[str]
-) -> str:
-    """ARGV, run inside ``image`` with ``apptainer exec`` when there is one: ``image`` as the
-    line names it, shell text (a job names the path it settled: ``"$dask_hpc_image"``)."""
-    if not image:
-        return shlex.join(argv)
-    exec_ = ["apptainer", "exec", *gpu_flag.split()]
-    for path in binds:
-        exec_ += ["--bind", path]
-    return f"{shlex.join(exec_)} {image} {shlex.join(argv)}"
-
-
 def check_image_place(image: str) -> None:
     """Refuse at once an image that exists here but others could change (the job would
     refuse it too, later, in its own words: batch.image)."""
@@ -217,46 +136,16 @@ def check_image_place(image: str) -> None:
             )
 
 
-def per_rank(ranks_per_node: int, cores: int | None, threads: int | None) -> dict[str, int]:
-    """A rank's share of its node: ``cores_per_rank`` (physical cores: Open MPI's pe=, jsrun's
-    --cpu_per_rs) and ``cpus_per_rank`` (logical CPUs, hardware threads: Slurm's
-    --cpus-per-task, PALS's --depth). Unknown node: one each."""
-    cores = cores or ranks_per_node
-    return {
-        "cores_per_rank": max(1, cores // ranks_per_node),
-        "cpus_per_rank": max(1, (threads or cores) // ranks_per_node),
-    }
-
-
-def start_cluster_argv(python: str | None) -> list[str]:
-    """How a rank starts start-cluster: the console script (in the image, or on the job's
-    PATH), or ``python`` running the package; never with the job's working directory (the
-    submit directory, which others may write) first on ``sys.path`` (``import_path``)."""
-    return import_path.python_argv("dask_hpc", python) if python else ["start-cluster"]
-
-
-def status_from_rank0(launch: str) -> str:
-    """``launch``, then exit with the status rank 0 wrote (its launcher does not report it)."""
-    status = '"$DASK_HPC__EXIT_STATUS_FILE"'
-    return "\n".join(
-        [
-            # mktemp: a new file of a random name, the user's alone (a fixed or $$-named one is
-            # one another user of a shared directory can plant first, as a symlink)
-            'export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"',
-            f"trap 'rm -f {status}' EXIT",  # also when the launcher fails (set -e)
-            launch,
-            f"status=$(cat {status} 2>/dev/null || true)",  # empty: rank 0 wrote nothing
-            'exit "${status:-1}"',
-        ]
-    )
-
-
 def render(req: JobRequest) -> str:
     """The batch script for ``req`` on its site."""
     site = load_site(req.site)
     name = req.batch_system or site.batch_system
     if name == "none":
-        raise UsageError(f"site {site.name} has no batch system", "start-cluster runs directly")
+        raise UsageError(
+            f"site {site.name} has no batch system",
+            f"name one with --batch-system ({', '.join(data()['batch_systems'])}), or run "
+            "start-cluster directly",
+        )
     system = system_table(name)
     # The site's own batch lines are for its own batch system (not for one asked instead).
     own = site if name == site.batch_system else load_site("generic")
@@ -279,7 +168,6 @@ def render(req: JobRequest) -> str:
         worker_args=req.cluster_args,
         queue=queue,
     )
-    per_node = shape.per_node
     walltime = format_walltime(system["walltime"], parse_walltime(req.walltime))
     image = req.image or (None if req.python else site.image)
 
@@ -295,45 +183,24 @@ def render(req: JobRequest) -> str:
     if req.queue:
         lines += directive(own.batch_queue or system["queue"], req.queue)  # e.g. a QOS
     lines += directive(system["output"], req.output or system["default_output"])
+    lines += directive(system.get("join_output"))  # the ready block beside the ranks' lines
     lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
     setup = [*own.batch_setup, *req.setup]
+    binds: list[str] = []
     if image:  # settled once, before the launcher starts any rank (batch.image)
         check_image_place(image)
         trust = images.configured_trust(req.image_key, None if req.verify_image else False)
         setup += image_lines.lines(image, trust.key)
+        binds = container.bind_lines(site)  # its directories outside Apptainer's defaults
+        setup += binds
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
-
-    if req.program is not None:  # one process on the job's first node
-        launcher, argv = "none", list(req.program)
-    else:
-        launcher = launcher_for(site, name, req.launcher)
-        head = start_cluster_argv(None if image else req.python)
-        argv = [*head, worker_type, str(per_node), *req.cluster_args, *shape.worker_args]
-        if site.name != "generic" and "--site" not in req.cluster_args:
-            argv += ["--site", site.name]  # DeepOps nodes say nothing a rank could detect
-        if req.command:
-            argv += ["--", *req.command]
-    launch = launch_command(
-        launcher=launcher,
-        batch_system=name,
-        nodes=req.nodes,
-        workers_per_node=per_node,
-        worker_type=worker_type,
-        argv=argv,
-        image=f'"${image_lines.VARIABLE}"' if image else None,  # what batch.image settled
-        gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
-        binds=req.binds,
-        fields=shape.fields(req.nodes, worker_type == "gpu"),
-    )
-    wrapped = data()["mpi_candidates"].get(name, []) if launcher == "mpi" else [launcher]
-    if set(wrapped) & set(data()["status_from_rank0"]) and req.command:
-        launch = status_from_rank0(launch)
+    launch = _launch(req, site, name, shape, worker_type, image, bool(binds))
     where = "one container per rank" if image else "this Python environment on every rank"
     if req.program is not None:
         summary = f"# dask-hpc on {site.name}: the scheduler of an elastic cluster."
     else:
         summary = (
-            f"# dask-hpc on {site.name}: {req.nodes} node(s) x {per_node} {worker_type} "
+            f"# dask-hpc on {site.name}: {req.nodes} node(s) x {shape.per_node} {worker_type} "
             f"worker(s), {where}."
         )
     text = template(f"{name}.sh").substitute(
@@ -343,3 +210,67 @@ def render(req: JobRequest) -> str:
         launch=launch,
     )
     return re.sub(r"\n{3,}", "\n\n", text)
+
+
+def site_placement(
+    site: Site, launcher: str, batch_system: str, fields: dict[str, int | str], gpu: bool
+) -> tuple[str, str]:
+    """(launcher line's name, more launcher options): the site's own CPU and GPU maps where
+    its own launcher runs the ranks (``batch.cpu_bind: list``, ``batch.gpu_bind``); adds the
+    CPU lists to ``fields``."""
+    if launcher != site.launcher or batch_system != site.batch_system:
+        return launcher, ""
+    if site.batch_cpu_bind == "list":  # the site's own CPU lists (batch.cpus)
+        per_node = int(fields["per_node"])
+        fields["cpu_lists"] = cpus.cpu_lists(
+            per_node, site.cpu_cores or per_node, site.cpu_sockets, site.cpu_reserved, site.name
+        )
+        launcher = f"{launcher}-list"
+    # e.g. srun --gpus-per-task=1 --gpu-bind=closest: each rank its own GPU, the nearest
+    return launcher, (site.batch_gpu_bind or "") if gpu else ""
+
+
+def _launch(
+    req: JobRequest,
+    site: Site,
+    batch_system: str,
+    shape: requests.Shape,
+    worker_type: str,
+    image: str | None,
+    site_binds: bool,
+) -> str:
+    """The job's launch line: start-cluster on one rank per worker (or ``req.program`` once),
+    placed on CPUs and GPUs as the site's guide does where its own launcher runs them."""
+    gpu = worker_type == "gpu"
+    fields: dict[str, int | str] = dict(shape.fields(req.nodes, gpu))
+    options = ""
+    if req.program is not None:  # one process on the job's first node
+        launcher, argv = "none", list(req.program)
+    else:
+        launcher = launcher_for(site, batch_system, req.launcher)
+        head = start_cluster_argv(None if image else req.python)
+        argv = [*head, worker_type, str(shape.per_node), *req.cluster_args, *shape.worker_args]
+        if site.name != "generic" and "--site" not in req.cluster_args:
+            argv += ["--site", site.name]  # DeepOps nodes say nothing a rank could detect
+        if req.command:
+            argv += ["--", *req.command]
+        launcher, options = site_placement(site, launcher, batch_system, fields, gpu)
+    launch = launch_command(
+        launcher=launcher,
+        batch_system=batch_system,
+        nodes=req.nodes,
+        workers_per_node=shape.per_node,
+        worker_type=worker_type,
+        argv=argv,
+        image=f'"${image_lines.VARIABLE}"' if image else None,  # what batch.image settled
+        gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
+        binds=req.binds,
+        fields=fields,
+        options=options,
+        site_binds=site_binds,
+    )
+    base = launcher.removesuffix("-list")
+    wrapped = data()["mpi_candidates"].get(batch_system, []) if base == "mpi" else [base]
+    if set(wrapped) & set(data()["status_from_rank0"]) and req.command:
+        launch = status_from_rank0(launch)
+    return launch

@@ -49,7 +49,6 @@ def scheduler_request(cluster: Any) -> script.JobRequest:
     program = [*head, "--directory", str(cluster.directory), "--cluster-id", cluster.cluster_id]
     if cluster.interface:
         program += ["--interface", cluster.interface]
-    join = script.system_table(cluster.batch_system).get("join_output")
     return script.JobRequest(
         site=cluster.site.name,
         nodes=1,
@@ -65,7 +64,7 @@ def scheduler_request(cluster: Any) -> script.JobRequest:
         python=sys.executable,
         program=program,
         env=first.env,
-        directives=(*first.directives, *([join] if join else [])),
+        directives=first.directives,
         setup=first.setup,
         binds=[str(cluster.directory)] if first.image else (),
     )

@@ -48,6 +48,7 @@ class Pool:
     worker_args: tuple[str, ...]
     lifetime_margin: float
     threads_guess: int  # threads per worker before any worker has connected
+    lifetime_stagger: float | None = None  # dask-jobqueue's --lifetime-stagger, as given
     cpus_per_worker: int | None = None  # asked of the batch system (batch.requests)
     memory_per_worker: str | None = None
     gpus_per_node: int | None = None
@@ -77,7 +78,8 @@ class Pool:
         """(duration, stagger) of Dask's worker lifetime: every worker retires within
         ``duration +- stagger`` of its start, all before the walltime."""
         duration = self.walltime_seconds - self.lifetime_margin
-        return duration, self.lifetime_margin / 4
+        stagger = self.lifetime_stagger
+        return duration, self.lifetime_margin / 4 if stagger is None else stagger
 
     def retire_lead(self) -> float:
         """How long before its first worker retires a job stops counting, so that its
@@ -106,7 +108,6 @@ class Pool:
             f"{LIFETIME_ENV}RESTART": "False",
             **self.env,
         }
-        join = script.system_table(batch_system).get("join_output")
         return script.JobRequest(
             site=site.name,
             nodes=self.nodes_per_job,
@@ -126,7 +127,7 @@ class Pool:
             ),
             python=sys.executable,
             env=env,
-            directives=(*self.directives, *([join] if join else [])),
+            directives=self.directives,
             setup=self.setup,
             binds=binds if self.image else (),
             gpus_per_node=self.gpus_per_node,
@@ -186,21 +187,26 @@ def make_pool(
         )
     wall = str(_setting(walltime, "walltime"))
     seconds = script.parse_walltime(wall)
-    margin = _setting(lifetime_margin, "lifetime-margin")
-    if margin is None:
-        margin = min(MARGIN_MAX, max(MARGIN_MIN, seconds * MARGIN_SHARE))
-    margin = float(margin)  # type: ignore[arg-type]
-    if not 0 < margin < seconds / 2:
-        raise UsageError(
-            f"lifetime margin {margin:g} s does not fit a walltime of {seconds} s",
-            "give a longer walltime (more than a minute), or a smaller lifetime_margin",
-        )
     args = worker_args if worker_args is not None else config.get("cluster.worker-args") or ()
     if isinstance(args, str):
         args = shlex.split(args)
     for arg in args:
         if arg in ("--join", "--name-prefix", "--", "--jupyter") or arg.startswith("--join="):
             raise UsageError(f"worker_args may not hold {arg}", "the cluster sets it itself")
+    args, lifetime = dask_lifetime(list(args))
+    check_worker_args(args)
+    margin = _setting(lifetime_margin, "lifetime-margin")
+    stagger = None
+    if lifetime is not None:  # dask-jobqueue's own walltime recipe, as our recycling
+        margin, stagger = lifetime_as_margin(lifetime, seconds, wall, margin)
+    if margin is None:
+        margin = min(MARGIN_MAX, max(MARGIN_MIN, seconds * MARGIN_SHARE))
+    margin = float(margin)  # type: ignore[arg-type]
+    if lifetime is None and not 0 < margin < seconds / 2:
+        raise UsageError(
+            f"lifetime margin {margin:g} s does not fit a walltime of {seconds} s",
+            "give a longer walltime (more than a minute), or a smaller lifetime_margin",
+        )
     cpus = _setting(cpus_per_worker, "cpus-per-worker")
     threads = cpus or (max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1)
     return Pool(
@@ -219,8 +225,82 @@ def make_pool(
         env={str(k): str(v) for k, v in (_setting(job_env, "job-env") or {}).items()},  # type: ignore[union-attr]
         worker_args=tuple(str(a) for a in args),
         lifetime_margin=margin,
+        lifetime_stagger=stagger,
         threads_guess=int(threads),  # type: ignore[call-overload]
         cpus_per_worker=cpus,  # type: ignore[arg-type]
         memory_per_worker=_setting(memory_per_worker, "memory-per-worker"),  # type: ignore[arg-type]
         gpus_per_node=_setting(gpus_per_node, "gpus-per-node"),  # type: ignore[arg-type]
     )
+
+
+def dask_lifetime(args: list[str]) -> tuple[list[str], tuple[str, str | None] | None]:
+    """``args`` without Dask's worker-lifetime options, and (``--lifetime``,
+    ``--lifetime-stagger``) where given: dask-jobqueue's ``worker_extra_args=["--lifetime",
+    "55m", "--lifetime-stagger", "4m"]``, which start-cluster does not take (the cluster sets
+    Dask's lifetime itself, from the walltime)."""
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    items = iter(args)
+    for arg in items:
+        name, eq, value = arg.partition("=")
+        if name in ("--lifetime-restart", "--no-lifetime-restart"):
+            raise UsageError(
+                f"worker_args {name}: the cluster replaces a job's workers with a new job",
+                "drop it (Dask's lifetime restart is off in HPCCluster's jobs)",
+            )
+        if name in ("--lifetime", "--lifetime-stagger"):
+            found[name] = value if eq else next(items, "")
+        else:
+            rest.append(arg)
+    if not found:
+        return rest, None
+    if "--lifetime" not in found:
+        raise UsageError(
+            "worker_args --lifetime-stagger without --lifetime",
+            "give both (dask-jobqueue's recipe: --lifetime 55m --lifetime-stagger 4m), or "
+            "lifetime_margin",
+        )
+    return rest, (found["--lifetime"], found.get("--lifetime-stagger"))
+
+
+def lifetime_as_margin(
+    lifetime: tuple[str, str | None], seconds: int, walltime: str, margin: object
+) -> tuple[float, float | None]:
+    """(lifetime margin, stagger) from Dask's ``--lifetime`` and ``--lifetime-stagger``: the
+    workers retire after ``lifetime`` +- ``stagger``, which must end before the walltime."""
+    from dask.utils import parse_timedelta
+
+    texts = {"--lifetime": lifetime[0], "--lifetime-stagger": lifetime[1] or "0s"}
+    values: dict[str, float] = {}
+    for option, text in texts.items():
+        try:
+            values[option] = float(parse_timedelta(text, default="s"))
+        except (ValueError, TypeError, KeyError):
+            problem = f"worker_args {option} {text!r} is not a duration"
+            raise UsageError(problem, "e.g. 55m") from None
+    duration, stagger = values["--lifetime"], values["--lifetime-stagger"]
+    if not 0 <= stagger < duration or duration + stagger >= seconds:
+        raise UsageError(
+            f"worker_args --lifetime {texts['--lifetime']} --lifetime-stagger "
+            f"{texts['--lifetime-stagger']}: workers would retire after the walltime {walltime} "
+            "ends their job",
+            "give a lifetime plus stagger under the walltime",
+        )
+    if margin is not None and float(margin) != seconds - duration:  # type: ignore[arg-type]
+        raise UsageError(
+            "worker_args --lifetime and lifetime_margin disagree", "give one of them"
+        )
+    return seconds - duration, stagger if lifetime[1] is not None else None
+
+
+def check_worker_args(args: Sequence[str]) -> None:
+    """Refuse now what every job's start-cluster would refuse (an option it does not take)."""
+    from ..cli import parse
+
+    try:
+        parse(["cpu", "1", *args])
+    except UsageError as error:
+        raise UsageError(
+            f"worker_args: {error.problem}",
+            "they are start-cluster's options (start-cluster --help)",
+        ) from None

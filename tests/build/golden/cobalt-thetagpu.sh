@@ -45,8 +45,24 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
+# The scheduler and local directories the ranks use, bound into every rank's container where
+# Apptainer does not bind them itself ($HOME, /tmp, /var/tmp, the working directory)
+dask_hpc_bind() {  # DIRECTORY WHAT: checked, and added to the binds
+  case "$1" in
+    "${HOME:-/nonexistent}"|"${HOME:-/nonexistent}"/*|"/tmp"|"/tmp"/*|"/var/tmp"|"/var/tmp"/*) return 0 ;;
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  # unset (start-cluster falls back to ~/.dask-hpc or /tmp), relative (the working directory)
+  [ -n "$1" ] && [ "${1#/}" != "$1" ] || return 0
+  [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "${DASK_HPC__SCHEDULER_DIRECTORY:-${HOME:+${HOME}}}" 'scheduler directory ($DASK_HPC__SCHEDULER_DIRECTORY, else $HOME of the thetagpu profile)'
+dask_hpc_bind "/local/scratch" 'local directory /local/scratch of the thetagpu profile'
 export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"
 trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
-mpirun -np 8 --map-by ppr:8:node:pe=16 --enable-recovery --hostfile "$COBALT_NODEFILE" apptainer exec --nv "$dask_hpc_image" start-cluster gpu 8 --site thetagpu -- python job.py
+mpirun -np 8 --map-by ppr:8:node:pe=16 --enable-recovery --hostfile "$COBALT_NODEFILE" apptainer exec --nv ${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 8 --site thetagpu -- python job.py
 status=$(cat "$DASK_HPC__EXIT_STATUS_FILE" 2>/dev/null || true)
 exit "${status:-1}"

@@ -47,4 +47,20 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv "$dask_hpc_image" start-cluster gpu 6 --site summit -- python job.py
+# The scheduler and local directories the ranks use, bound into every rank's container where
+# Apptainer does not bind them itself ($HOME, /tmp, /var/tmp, the working directory)
+dask_hpc_bind() {  # DIRECTORY WHAT: checked, and added to the binds
+  case "$1" in
+    "${HOME:-/nonexistent}"|"${HOME:-/nonexistent}"/*|"/tmp"|"/tmp"/*|"/var/tmp"|"/var/tmp"/*) return 0 ;;
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  # unset (start-cluster falls back to ~/.dask-hpc or /tmp), relative (the working directory)
+  [ -n "$1" ] && [ "${1#/}" != "$1" ] || return 0
+  [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "${DASK_HPC__SCHEDULER_DIRECTORY:-${MEMBERWORK:+${MEMBERWORK}}}" 'scheduler directory ($DASK_HPC__SCHEDULER_DIRECTORY, else $MEMBERWORK of the summit profile)'
+dask_hpc_bind "${USER:+/mnt/bb/${USER}}" 'local directory /mnt/bb/$USER of the summit profile'
+jsrun --nrs 12 --rs_per_host 6 --tasks_per_rs 1 --cpu_per_rs 7 --gpu_per_rs 1 --bind rs apptainer exec --nv ${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 6 --site summit -- python job.py

@@ -1,10 +1,11 @@
-#!/bin/bash
+#!/bin/bash -l
 #PBS -N dask-hpc
 #PBS -l select=2
 #PBS -l walltime=00:30:00
 #PBS -A datascience
 #PBS -q debug
 #PBS -o dask-hpc.out
+#PBS -j oe
 #PBS -l filesystems=home:flare
 #PBS -l place=scatter
 # dask-hpc on aurora: 2 node(s) x 6 gpu worker(s), one container per rank.
@@ -49,4 +50,19 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec "$dask_hpc_image" start-cluster gpu 6 --site aurora -- python pi.py
+# The scheduler and local directories the ranks use, bound into every rank's container where
+# Apptainer does not bind them itself ($HOME, /tmp, /var/tmp, the working directory)
+dask_hpc_bind() {  # DIRECTORY WHAT: checked, and added to the binds
+  case "$1" in
+    "${HOME:-/nonexistent}"|"${HOME:-/nonexistent}"/*|"/tmp"|"/tmp"/*|"/var/tmp"|"/var/tmp"/*) return 0 ;;
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  # unset (start-cluster falls back to ~/.dask-hpc or /tmp), relative (the working directory)
+  [ -n "$1" ] && [ "${1#/}" != "$1" ] || return 0
+  [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "${DASK_HPC__SCHEDULER_DIRECTORY:-${HOME:+${HOME}}}" 'scheduler directory ($DASK_HPC__SCHEDULER_DIRECTORY, else $HOME of the aurora profile)'
+mpiexec -n 12 --ppn 6 --cpu-bind list:1-17:18-34:35-51:53-69:70-86:87-103 apptainer exec ${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 6 --site aurora -- python pi.py

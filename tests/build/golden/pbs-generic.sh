@@ -1,8 +1,9 @@
-#!/bin/bash
+#!/bin/bash -l
 #PBS -N dask-hpc
 #PBS -l select=2:mpiprocs=4:ncpus=32:mem=61036mb
 #PBS -l walltime=01:00:00
 #PBS -o dask-hpc.out
+#PBS -j oe
 # dask-hpc on generic: 2 node(s) x 4 cpu worker(s), this Python environment on every rank.
 set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"

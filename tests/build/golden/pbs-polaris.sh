@@ -1,9 +1,10 @@
-#!/bin/bash
+#!/bin/bash -l
 #PBS -N dask-hpc
 #PBS -l select=4
 #PBS -l walltime=01:00:00
 #PBS -A proj
 #PBS -o dask-hpc.out
+#PBS -j oe
 #PBS -l filesystems=home:eagle
 #PBS -l place=scatter
 # dask-hpc on polaris: 4 node(s) x 4 gpu worker(s), one container per rank.
@@ -49,4 +50,20 @@ if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
       "image again, or record its digest (invoke pull)"
   fi
 fi
-mpiexec -n 16 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "$dask_hpc_image" start-cluster gpu 4 --site polaris -- python job.py --size 1e9
+# The scheduler and local directories the ranks use, bound into every rank's container where
+# Apptainer does not bind them itself ($HOME, /tmp, /var/tmp, the working directory)
+dask_hpc_bind() {  # DIRECTORY WHAT: checked, and added to the binds
+  case "$1" in
+    "${HOME:-/nonexistent}"|"${HOME:-/nonexistent}"/*|"/tmp"|"/tmp"/*|"/var/tmp"|"/var/tmp"/*) return 0 ;;
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which apptainer --bind cannot take" ;;
+  esac
+  # unset (start-cluster falls back to ~/.dask-hpc or /tmp), relative (the working directory)
+  [ -n "$1" ] && [ "${1#/}" != "$1" ] || return 0
+  [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \
+    "every rank's container binds it: create it on the nodes, or run on the site's own nodes"
+  dask_hpc_binds=${dask_hpc_binds:+$dask_hpc_binds,}$1
+}
+dask_hpc_binds=
+dask_hpc_bind "${DASK_HPC__SCHEDULER_DIRECTORY:-${HOME:+${HOME}}}" 'scheduler directory ($DASK_HPC__SCHEDULER_DIRECTORY, else $HOME of the polaris profile)'
+dask_hpc_bind "/local/scratch" 'local directory /local/scratch of the polaris profile'
+mpiexec -n 16 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv ${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 4 --site polaris -- python job.py --size 1e9

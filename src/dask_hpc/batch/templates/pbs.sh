@@ -1,4 +1,4 @@
-#!/bin/bash
+#!/bin/bash -l
 @{directives}
 @{summary}
 set -euo pipefail
