@@ -43,6 +43,11 @@ def flux_command() -> str:
     return found
 
 
+def _ids(count: int) -> str:
+    """Flux's idset of 0..count-1 (``0``, ``0-3``)."""
+    return "0" if count == 1 else f"0-{count - 1}"
+
+
 class FluxInstance:
     """``flux start --test-size=size`` under ``base``; ``env`` addresses it (FLUX_URI, PATH)."""
 
@@ -72,8 +77,8 @@ class FluxInstance:
             return []
         cores = self.cores or max(1, os.cpu_count() or 1)
         encoded = subprocess.run(
-            [self.flux, "R", "encode", "-r", f"0-{self.size - 1}", "-c", f"0-{cores - 1}",
-             "-g", f"0-{self.gpus - 1}"],
+            [self.flux, "R", "encode", "-r", _ids(self.size), "-c", _ids(cores),
+             "-g", _ids(self.gpus)],
             capture_output=True, text=True, check=True, timeout=60,
         ).stdout
         conf = self.base / "conf"
