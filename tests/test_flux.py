@@ -147,6 +147,19 @@ def test_abort_on_node_loss_leaves_fluxs_own_default(lonely_flux, cluster_env, t
     assert "node failure" in run.stderr and "severity=0" in run.stderr, run.output()
 
 
+def test_without_flux_on_rank_0s_path_a_lost_node_would_end_the_job_and_it_says_so(
+    run_cmd, flux_env
+) -> None:
+    """Rank 0 asks Flux through `flux`: where it cannot (a container without it), one line."""
+    path = ":".join(p for p in flux_env["PATH"].split(":") if not Path(p, "flux").exists())
+    argv = ["flux", "run", "-N2", "--tasks-per-node=1", f"--env=PATH={path}", *start_cluster(),
+            "cpu", "1", *OPTS, "--", "true"]
+    result = run_cmd(argv, env=flux_env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.count("warning: flux is not on PATH here (a container?): a lost node "
+                               "ends this Flux job") == 1, result.stderr
+
+
 def test_gpu_worker_per_rank_on_fluxs_gpus_emulated(run_cmd, cluster_env, tmp_path) -> None:
     """flux run -n2 -g1 on a node of 2 EMULATED GPUs (Flux's resource set; no device here):
     Flux's job shell gives each task CUDA_VISIBLE_DEVICES=0,1 (its node's GPUs: the default

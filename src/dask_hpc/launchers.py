@@ -3,10 +3,10 @@
 Launchers are data: each row names the environment variables that give the global rank,
 the local rank, the world size and the local size. Detection checks the MPI-style launchers
 before Flux and Slurm, because an ``mpiexec`` inside an ``sbatch`` script hands
-``SLURM_PROCID=0`` to every rank, and one inside a ``flux batch`` script
-``FLUX_TASK_RANK=0`` when it runs in a Flux job of one task (see the launchers notes); and Flux
-before Slurm, because Flux started by ``srun`` hands its jobs the ``SLURM_PROCID`` of its first
-broker. A Flux task of a job of several tasks is Flux's whatever else it inherited (Flux
+``SLURM_PROCID=0`` to every rank, and one inside a Flux job of one task (``flux run -n1
+mpiexec ...``) ``FLUX_TASK_RANK=0`` (see the launchers notes; a ``flux batch`` script has no
+task variables, measured); and Flux before Slurm, because Flux started by ``srun`` hands its
+jobs the ``SLURM_PROCID`` of its first broker. A Flux task of a job of several tasks is Flux's whatever else it inherited (Flux
 started by PALS's ``mpiexec`` hands them ``PALS_RANKID=0``).
 """
 
@@ -100,7 +100,7 @@ LAUNCHERS: tuple[Launcher, ...] = (
         rank=("FLUX_TASK_RANK",),
         local_rank=("FLUX_TASK_LOCAL_ID",),
         size=("FLUX_JOB_SIZE",),
-        local_size=(),  # from Flux's PMI (flux.taskmap), see flux_local_size
+        local_size=(),  # from Flux's PMI (flux.taskmap), see flux_placement
         # The job's place in the hierarchy of Flux instances: ids repeat across batch jobs.
         launch_ids=("FLUX_JOB_ID_PATH",),
         # A task's CPUs are its allocation (cpu-affinity=on, the default: the cores Flux gave
