@@ -62,13 +62,15 @@ def test_scale_up_to_two_jobs_and_down_to_none(make_flux_cluster, elastic_flux, 
 def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     make_flux_cluster, elastic_flux
 ) -> None:
-    """45-second jobs (Flux takes seconds) under 100 s of computing on persisted data: each
-    job's workers retire before its walltime, the replacement is there before they go."""
+    """One-minute jobs under 100 s of computing on persisted data: each job's workers retire
+    before its walltime (a margin of 20 s, and 8 more for the Flux instance each batch job
+    is), the replacement is there before they go."""
     import dask.array as da
     import numpy as np
 
-    cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:00:45")
-    assert "#FLUX: --time-limit=45s" in cluster.job_script()
+    cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:01:00")
+    assert "#FLUX: --time-limit=1m" in cluster.job_script()
+    assert cluster.pools["cpu"].lifetime() == (32.0, 7.0)
     cluster.scale(jobs=2)
     client = cluster.get_client()
     client.wait_for_workers(2, timeout=120)

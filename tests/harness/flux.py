@@ -5,7 +5,9 @@ started with Flux's test options: the instance kept when a broker other than the
 (``--test-exit-mode=leader``: a lost node), its run directory ours, and optionally a resource
 set in Flux's own format with EMULATED GPUs (``gpus=G``: R names G GPU ids per node and
 ``noverify`` lets Flux use them; Flux's job shell then sets ``CUDA_VISIBLE_DEVICES`` from them
-as on a GPU node; nothing else is emulated). Every broker is this host (``hostname`` is the
+as on a GPU node; nothing else is emulated) or cores (``cores=C``: C per node, more than this
+host has where a benchmark needs them; binding to a core that is not there fails, so such jobs
+run with ``-o cpu-affinity=off``). Every broker is this host (``hostname`` is the
 same on all).
 
 The instance's first broker runs ``cat`` as its initial program, fed by a pipe this object
@@ -72,13 +74,14 @@ class FluxInstance:
         return str(Path(self.flux).parent)
 
     def _config(self) -> list[str]:
-        """``-c DIR`` with a resource set of EMULATED GPUs, when asked for."""
-        if not self.gpus:
+        """``-c DIR`` with a resource set of EMULATED GPUs, or of more cores than this host has
+        (a benchmark's 16 ranks on one node), when asked for."""
+        if not self.gpus and not self.cores:
             return []
         cores = self.cores or max(1, os.cpu_count() or 1)
+        gpus = ["-g", _ids(self.gpus)] if self.gpus else []
         encoded = subprocess.run(
-            [self.flux, "R", "encode", "-r", _ids(self.size), "-c", _ids(cores),
-             "-g", _ids(self.gpus)],
+            [self.flux, "R", "encode", "-r", _ids(self.size), "-c", _ids(cores), *gpus],
             capture_output=True, text=True, check=True, timeout=60,
         ).stdout
         conf = self.base / "conf"
