@@ -6,8 +6,8 @@ before Flux and Slurm, because an ``mpiexec`` inside an ``sbatch`` script hands
 ``SLURM_PROCID=0`` to every rank, and one inside a Flux job of one task (``flux run -n1
 mpiexec ...``) ``FLUX_TASK_RANK=0`` (see the launchers notes; a ``flux batch`` script has no
 task variables, measured); and Flux before Slurm, because Flux started by ``srun`` hands its
-jobs the ``SLURM_PROCID`` of its first broker. A Flux task of a job of several tasks is Flux's whatever else it inherited (Flux
-started by PALS's ``mpiexec`` hands them ``PALS_RANKID=0``).
+jobs the ``SLURM_PROCID`` of its first broker. A Flux task of a job of several tasks is Flux's
+whatever else it inherited (Flux started by PALS's ``mpiexec`` hands them ``PALS_RANKID=0``).
 """
 
 from __future__ import annotations
