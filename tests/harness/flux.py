@@ -39,10 +39,23 @@ BUILT = CACHE / "flux-core-0.88.0" / "bin" / "flux"  # where tests/setup/flux.sh
 
 
 def flux_command() -> str:
-    """The ``flux`` on PATH, else the one tests/setup/flux.sh built; fails loudly if none."""
-    found = shutil.which("flux") or (str(BUILT) if BUILT.exists() else None)
-    assert found, f"flux is not installed (not on PATH, not at {BUILT}): run tests/setup/flux.sh"
-    return found
+    """The ``flux`` on PATH, else the one tests/setup/flux.sh built (if it and the directories
+    above it up to the cache are this user's alone: the cache is in /var/tmp); fails loudly
+    if none."""
+    found = shutil.which("flux")
+    if found:
+        return found
+    assert BUILT.exists(), (
+        f"flux is not installed (not on PATH, not at {BUILT}): run tests/setup/flux.sh"
+    )
+    for path in (CACHE, *reversed(BUILT.relative_to(CACHE).parents[:-1]), BUILT):
+        path = path if path.is_absolute() else CACHE / path
+        info = path.lstat()
+        assert not path.is_symlink() and info.st_uid == os.getuid() and not info.st_mode & 0o022, (
+            f"{path} is not yours alone (another user may change it): remove it and run "
+            "tests/setup/flux.sh"
+        )
+    return str(BUILT)
 
 
 def _ids(count: int) -> str:

@@ -50,6 +50,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 mkdir -p "$CACHE"
+# What runs from the cache (as root, in CI) must be ours alone: /var/tmp is everyone's, so a
+# cache (or a build in it) another user made or may change is refused, never used.
+ours() {
+  [ ! -e "$1" ] && return 0
+  [ ! -L "$1" ] && [ "$(stat -c %u "$1")" = "$(id -u)" ] && [ $(( 0$(stat -c %a "$1") & 022 )) -eq 0 ]
+}
+for path in "$CACHE" "$PREFIX" "$PREFIX/bin" "$PREFIX/bin/flux"; do
+  ours "$path" || { echo "flux: $path is not yours alone (another user may change it): remove it, or set DASK_HPC_TEST_CACHE to a directory of your own" >&2; exit 1; }
+done
 exec 9>"$CACHE/.flux-setup.lock"  # one build at a time
 flock 9
 want="flux-core $VERSION $SHA256"
