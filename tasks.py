@@ -199,7 +199,8 @@ def sites(c: Context) -> None:
         "batch_system": "slurm, pbs, lsf or cobalt (default: the site's): a plain cluster is "
         "--site generic --batch-system pbs",
         "python": "without an image: the Python with dask-hpc that every rank runs "
-        "(PYTHON -m dask_hpc; default python3 on the job's PATH)",
+        "(PYTHON -P -m dask_hpc, never the submit directory on its module path; default: the "
+        "start-cluster command on the job's PATH)",
         "launcher": "the launcher in the job (default: the site's, else the batch system's; "
         "mpi: the job's own mpiexec, Open MPI, MPICH or PALS, told apart when it runs)",
     }

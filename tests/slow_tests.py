@@ -20,8 +20,8 @@ SLOW = {
     "tests/build/test_readme_install.py::test_first_command_on_a_stock_python":
         "the README's first command in Debian 12's and Ubuntu 24.04's own Python: a venv and "
         "Dask installed from nothing (96-119 s each)",
-    "tests/test_oldest_dask.py::test_dask_facing_tests_pass_on_the_oldest_supported_dask":
-        "the Dask-facing tests again, in the oldest supported Dask's venv (92 s)",
+    "tests/test_newest_dask.py::test_dask_facing_tests_pass_on_the_newest_dask_in_range":
+        "the Dask-facing tests again, in the newest Dask in range's venv (92 s)",
     "tests/test_scale.py::test_the_schedulers_cost_per_join_does_not_grow_from_500_to_2000_workers":
         "2,500 simulated TLS workers join a real scheduler (80 s)",
     "tests/test_scale.py::test_aurora_cpu_layout_104_workers_on_each_of_two_nodes":
@@ -77,4 +77,5 @@ LAUNCHER_MATRIX = (
     "tests/test_launch.py::test_sbatch_with_mpiexec_inside",
     "tests/test_harness.py::test_sbatch_mpiexec_leaks_slurm_procid",
     "tests/test_binding.py::test_a_chosen_binding_with_too_few_cpus_is_refused_in_one_line",
+    "tests/neighbour/test_import_path.py::test_the_console_script_under_each_launcher",
 )

@@ -32,13 +32,6 @@ def test_aurora_drop_in_without_arguments_says_how(run_cmd, cluster_env) -> None
     assert result.stderr.strip().startswith("usage: start_dask_aurora.sh cpu|gpu")
 
 
-def test_apptainer_wrapper_needs_an_image(run_cmd, cluster_env) -> None:
-    env = {k: v for k, v in cluster_env.items() if k != "DASK_HPC_IMAGE"}
-    result = run_cmd([ENTRY / "start-cluster-apptainer", "cpu", "1"], env=env)
-    assert result.returncode != 0
-    assert "set DASK_HPC_IMAGE to the site image" in result.stderr
-
-
 def test_wrappers_hold_no_logic() -> None:
     for script in ENTRY.iterdir():
         code = [ln for ln in script.read_text().splitlines() if ln and not ln.startswith("#")]

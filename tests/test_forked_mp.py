@@ -56,7 +56,8 @@ from multiprocessing import forkserver, resource_tracker
 from dask_hpc import forked_mp
 
 def square(x, queue):
-    queue.put(x * x)
+    import os
+    queue.put((x * x, os.environ.get("PYTHONSAFEPATH"), sys.flags.safe_path))
 
 if __name__ == "__main__":
     directory = Path(sys.argv[1])
@@ -96,7 +97,7 @@ def test_forked_forkserver_runs_multiprocessing_processes(tmp_path: Path, tagged
     directory = tmp_path / "mp"
     directory.mkdir(mode=0o700)
     result = run_script(tmp_path / "forked.py", FORKED, directory, tagged_env)
-    assert "RESULT 49" in result.stdout
+    assert "RESULT (49, None, False)" in result.stdout  # forks: nothing of PYTHONSAFEPATH
     assert "resource_tracker" not in result.stderr  # no "died unexpectedly, relaunching"
 
 
@@ -107,7 +108,8 @@ from multiprocessing import forkserver
 from dask_hpc import forked_mp, nanny_host
 
 def square(x, queue):
-    queue.put(x * x)
+    import os
+    queue.put((x * x, os.environ.get("PYTHONSAFEPATH"), sys.flags.safe_path))
 
 if __name__ == "__main__":
     forked_mp.supported = lambda: False  # as on a Python whose internals differ
@@ -120,6 +122,9 @@ if __name__ == "__main__":
         assert time.monotonic() < deadline, f"the forkserver never exec'd: {seen!r}"
         time.sleep(0.01)
     assert seen != own
+    # a new Python without the working directory on sys.path, which its workers do not pass on
+    assert b"PYTHONSAFEPATH=1" in Path(f"/proc/{server}/environ").read_bytes().split(b"\\0")
+    assert "PYTHONSAFEPATH" not in __import__("os").environ
     ctx = multiprocessing.get_context("forkserver")
     queue = ctx.Queue()
     process = ctx.Process(target=square, args=(6, queue))
@@ -134,4 +139,4 @@ def test_where_the_internals_differ_multiprocessing_starts_its_own(
     tmp_path: Path, tagged_env
 ) -> None:
     result = run_script(tmp_path / "fallback.py", FALLBACK, tmp_path, tagged_env)
-    assert "RESULT 36" in result.stdout
+    assert "RESULT (36, None, True)" in result.stdout

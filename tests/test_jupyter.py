@@ -8,15 +8,13 @@ import json
 import re
 import signal
 import socket
-import urllib.error
-import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from harness.waiting import free_ports
 from jobs.background import Background, routable
+from jupyter_support import execute, http
 from support import assert_tokens_left_out, cluster_links, printed_scheduler_file, start_cluster
 
 KERNEL_CODE = """
@@ -31,60 +29,6 @@ client.close()
 def _no_background_left() -> Iterator[None]:
     yield
     Background.kill_all()
-
-
-def http(url: str, method: str = "GET", token: str | None = None) -> tuple[int, str]:
-    """(status, body) without following redirects."""
-
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            return None
-
-    request = urllib.request.Request(url, method=method, data=b"{}" if method == "POST" else None)
-    if token:
-        request.add_header("Authorization", f"token {token}")
-    try:
-        with urllib.request.build_opener(NoRedirect).open(request, timeout=30) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, ""
-
-
-async def execute(port: int, kernel: str, token: str, code: str, timeout: float = 60) -> str:
-    """Run ``code`` in a kernel over Jupyter's websocket protocol; return its stdout."""
-    from tornado.websocket import websocket_connect
-
-    url = f"ws://127.0.0.1:{port}/api/kernels/{kernel}/channels?token={token}"
-    ws = await websocket_connect(url)
-    msg_id = uuid.uuid4().hex
-    header = {"msg_id": msg_id, "msg_type": "execute_request", "username": "test"}
-    header.update(session=uuid.uuid4().hex, date="", version="5.3")
-    content = {"code": code, "silent": False, "store_history": False, "allow_stdin": False}
-    content.update(user_expressions={}, stop_on_error=True)
-    message = {"header": header, "parent_header": {}, "metadata": {}, "content": content}
-    ws.write_message(json.dumps({**message, "channel": "shell"}))
-    out = []
-
-    async def read() -> None:
-        while True:
-            raw = await ws.read_message()
-            assert raw is not None, "the kernel's websocket closed"
-            msg = json.loads(raw)
-            if msg.get("parent_header", {}).get("msg_id") != msg_id:
-                continue
-            kind = msg["msg_type"]
-            if kind == "stream":
-                out.append(msg["content"]["text"])
-            elif kind == "error":
-                out.append("\n".join(msg["content"]["traceback"]))
-            elif kind == "execute_reply":
-                return
-
-    try:
-        await asyncio.wait_for(read(), timeout)
-    finally:
-        ws.close()
-    return "".join(out)
 
 
 def test_jupyterlab_token_loopback_and_a_kernel_reaches_the_cluster(
@@ -103,12 +47,12 @@ def test_jupyterlab_token_loopback_and_a_kernel_reaches_the_cluster(
         run.wait_text("Dask cluster ready", 60)
         links = cluster_links(printed_scheduler_file(run.stderr), env)
         assert_tokens_left_out(run.stderr, links)  # not a terminal: `hpc-cluster links` has them
-        match = re.fullmatch(r"http://localhost:(\d+)/lab\?token=(\w+)", links["jupyterlab"])
+        match = re.fullmatch(r"http://127.0.0.1:(\d+)/lab\?token=(\w+)", links["jupyterlab"])
         assert match, links
         port, token = int(match.group(1)), match.group(2)
         assert port != first, "JupyterLab did not fall back from a busy port"
         tunnel = next(line for line in run.stderr.splitlines() if "ssh -t" in line)
-        assert f"-L {port}:localhost:{port}" in tunnel
+        assert f"-L 127.0.0.1:{port}:127.0.0.1:{port}" in tunnel
 
         base = f"http://127.0.0.1:{port}"
         assert http(f"{base}/lab?token={token}")[0] == 200

@@ -30,7 +30,7 @@ def test_script_mode_runs_command_once_every_worker_is_connected(
     assert "Dask cluster ready: 3 cpu workers on 1 node(s), TLS on" in result.stderr
     # 8787, or a free port when another cluster holds it. The link COMMAND sees carries the
     # dashboard's token; the ready block on this non-terminal output leaves it out.
-    assert re.fullmatch(r"http://localhost:\d+/status\?token=[\w-]+", out["dashboard_link"])
+    assert re.fullmatch(r"http://127.0.0.1:\d+/status\?token=[\w-]+", out["dashboard_link"])
     assert_tokens_left_out(result.stderr, {"dashboard": out["dashboard_link"]})
     # Local mode on the user's own machine (no ssh session, no batch job): no tunnel.
     assert "ssh -t" not in result.stderr and "tunnel" not in result.stderr
@@ -50,10 +50,12 @@ def test_over_ssh_the_ready_block_prints_the_tunnel_to_this_node(
     argv = [*start_cluster(), "cpu", "1", "--dashboard-address", "127.0.0.1:0", "--", "true"]
     result = run_cmd(argv, env=env, timeout=90)
     assert result.returncode == 0, result.stderr
-    port = re.search(r"dashboard +http://localhost:(\d+)/", result.stderr).group(1)
+    port = re.search(r"dashboard +http://127.0.0.1:(\d+)/", result.stderr).group(1)
     # No login path known (generic site): the tunnel goes to this node, no placeholder.
     node, user = socket.gethostname(), getpass.getuser()
-    assert f"ssh -t -L {port}:localhost:{port} {user}@{node}\n" in result.stderr
+    forward = f"-L 127.0.0.1:{port}:127.0.0.1:{port}"
+    tunnel = f"ssh -t -o ExitOnForwardFailure=yes {forward} {user}@{node}\n"
+    assert tunnel in result.stderr
     assert "LOGIN_NODE" not in result.stderr
 
 

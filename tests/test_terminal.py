@@ -21,7 +21,7 @@ EXPECTED = [
     ("", r"  scheduler       tls://127\.0\.0\.1:\d+  \(on \S+\)"),
     ("", r"  scheduler file  /\S+/scheduler\.json"),
     ("", r"  connect         from dask_hpc import connect; client = connect\('/\S+'\)"),
-    ("", r"  dashboard       http://localhost:\d+/status"),  # no token: not a terminal
+    ("", r"  dashboard       http://127.0.0.1:\d+/status"),  # no token: not a terminal
     ("", r"  tokens left out \(this output is not a terminal, others may read it\): "
          r"hpc-cluster links /\S+/scheduler\.json"),
     ("", r"start-cluster: worker 0-1 was killed by signal 15: restarting it"),

@@ -7,7 +7,7 @@ import os
 import socket
 from collections.abc import Mapping
 
-from .connection import SchedulerInfo
+from .connection import LOOPBACK, SchedulerInfo
 from .launchers import BATCH_JOB_IDS
 from .links import hint, shown
 from .plan import Plan
@@ -25,11 +25,17 @@ def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[int]) -> str:
     """The ssh command that forwards ``ports`` from the user's machine to ``node``.
 
     ``hops``: the site's login path (bastion, login node); none known: ssh to the node itself.
+    Each hop listens on, and forwards to, the literal loopback address (sshd would try ``::1``
+    first for ``localhost``, where another user of the host may listen on the same port), and
+    gives up when it cannot listen (``ExitOnForwardFailure``; a port another user of a login
+    node holds would otherwise receive what the hop before sends: with ``-L PORT:...`` ssh
+    listens on both loopbacks and is content with either).
     """
-    forwards = " ".join(f"-L {p}:localhost:{p}" for p in ports)
+    forwards = " ".join(f"-L {LOOPBACK}:{p}:{LOOPBACK}:{p}" for p in ports)
     first, *rest = [*hops, node]
-    parts = [f"ssh -t {forwards} {getpass.getuser()}@{first}"]
-    parts += [f"ssh -t {forwards} {hop}" for hop in rest]
+    ssh = f"ssh -t -o ExitOnForwardFailure=yes {forwards}"
+    parts = [f"{ssh} {getpass.getuser()}@{first}"]
+    parts += [f"{ssh} {hop}" for hop in rest]
     return " ".join(parts)
 
 

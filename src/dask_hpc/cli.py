@@ -229,13 +229,16 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
-    from . import nanny_host, resources
+    from . import import_path, nanny_host, resources
     from .plan import make_plan, private_local_directory
 
+    left_out = import_path.settle()  # before anything else is imported
     argv = sys.argv[1:] if argv is None else argv
     try:
         args = parse(argv)
         plan = make_plan(args)
+        if left_out and plan.rank.is_first:
+            plan.notes.append(left_out)
         if args.dry_run:
             print(json.dumps(plan.describe(), indent=2))
             return 0

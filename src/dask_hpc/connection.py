@@ -18,6 +18,7 @@ from . import private
 from .security import TlsFiles, tls_env
 
 KEY = "dask_hpc"
+LOOPBACK = "127.0.0.1"  # where the dashboard and JupyterLab listen, in every link
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,14 @@ class SchedulerInfo:
         """The dashboard as the owner opens it: on the scheduler's node, or through the tunnel.
 
         The dashboard listens on the node's loopback, so the scheduler's own address (what
-        ``client.dashboard_link`` would show by default) has nothing listening.
+        ``client.dashboard_link`` would show by default) has nothing listening. The address is
+        written out: ``localhost`` may resolve to ``::1`` first (Debian's, Ubuntu's and RHEL's
+        /etc/hosts), where any user of the node can listen on the same port.
         """
         if not self.dashboard_port:
             return None
         token = f"?token={self.dashboard_token}" if self.dashboard_token else ""
-        return f"http://localhost:{self.dashboard_port}/status{token}"
+        return f"http://{LOOPBACK}:{self.dashboard_port}/status{token}"
 
     def client_env(self) -> dict[str, str]:
         """Environment in which a bare ``distributed.Client()`` connects to this cluster."""

@@ -215,9 +215,11 @@ class FirstRank(Rank):
         if plan.jupyter:
             from .jupyter import start_jupyter
 
-            self.jupyter, jupyter_url, jupyter_port = start_jupyter(plan, self.info)
-            self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
-            write_scheduler_file(plan.scheduler_file, self.info)  # for `hpc-cluster links`
+            started = start_jupyter(plan, self.info)  # None: said why, nothing to link
+            if started is not None:
+                self.jupyter, jupyter_url, jupyter_port = started
+                self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
+                write_scheduler_file(plan.scheduler_file, self.info)  # `hpc-cluster links`
         say(ready_message(plan, self.info, jupyter_port, whole_links=private_stream()))
         if plan.command:
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed

@@ -5,8 +5,8 @@ before any rank starts.
 records its sha256 beside it (``IMAGE.sha256``, as ``sha256sum`` writes it). Here is what the
 runtime needs to trust one: ``verify`` runs ``apptainer verify --key`` with the site's public
 key and turns a refusal into one line (unsigned, changed after signing, signed with another
-key); ``shell_check`` is the same check as the lines of a batch script, for the node that runs
-the job (it needs apptainer, not dask-hpc). Which key and whether to check come from dask's
+key); ``batch.image`` makes the same checks in a batch script, on the node that runs the job
+(with apptainer and coreutils, no dask-hpc). Which key and whether to check come from dask's
 configuration: ``hpc.image-key`` (the site's public key; /etc/dask/dask-hpc.yaml where the
 Ansible role set one) and ``hpc.image-verify`` (the opt-out: ``DASK_HPC__IMAGE_VERIFY=false``).
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
-import shlex
 import subprocess
 import sys
 import tempfile
@@ -173,30 +172,6 @@ def configured_trust(key: str | Path | None = None, verify_images: bool | None =
             f"name the site's public key (hpc.image-key, --image-key), or opt out: {OPT_OUT}",
         )
     return Trust(path)
-
-
-def shell_check(image: str, key: Path, apptainer: str = "apptainer") -> list[str]:
-    """The lines of a batch script that verify ``image`` once, before the launcher starts any
-    rank, with the message ``verify`` gives; ``DASK_HPC__IMAGE_VERIFY=false`` at run time skips
-    them. The node that runs them needs apptainer, not dask-hpc."""
-    q_image, q_key = shlex.quote(image), shlex.quote(str(key))
-    command = f"{shlex.quote(apptainer)} verify --key {q_key} {q_image}"
-    fix = (
-        "use an image built or pulled with the site's key (invoke build, invoke pull), or "
-        f"opt out: {OPT_OUT}"
-    )
-    message = "dask-hpc: image %s failed verification (%s: %s); %s\\n"
-    return [
-        f"# The image must carry the site's signature ({key}); {OPT_OUT} skips this.",
-        'if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then',
-        f"  if ! dask_hpc_verify=$({command} 2>&1); then",
-        "    dask_hpc_said=$(printf '%s\\n' \"$dask_hpc_verify\" | sed -n 's/^FATAL: *//p'"
-        " | tail -n 1)",
-        f"    printf '{message}' {q_image} {q_key} \"$dask_hpc_said\" {shlex.quote(fix)} >&2",
-        "    exit 2",
-        "  fi",
-        "fi",
-    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,7 +19,7 @@ from typing import Any
 import dask.config
 import yaml
 
-from . import forked_mp, private
+from . import forked_mp, import_path, private
 from .children import EXIT_CLOSED, fork, read_json, send_json
 from .plan import Plan, ProcessSpec, shared_env
 
@@ -106,7 +106,8 @@ def start_forkserver(workers: int, directory: Path) -> None:
             pass
     if not forked_mp.start(directory):  # another Python: multiprocessing's own, a new Python
         multiprocessing.forkserver.set_forkserver_preload(preload)
-        multiprocessing.forkserver.ensure_running()
+        with import_path.new_pythons_without_working_directory():
+            multiprocessing.forkserver.ensure_running()
 
 
 def serve(specs: list[ProcessSpec], pipe: int, rank_end: int, directory: Path) -> int:

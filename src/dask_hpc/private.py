@@ -75,6 +75,50 @@ def parent_problem(st: os.stat_result) -> str | None:
     return None
 
 
+MAX_HOPS = 40  # symbolic links followed on one path (the kernel's own limit)
+
+
+def changeable_by_others(path: str | os.PathLike[str]) -> str | None:
+    """Why a user other than us and root could change what ``path`` names, or None.
+
+    Every step from ``/`` down, as the kernel follows it: each directory ours or root's and
+    not writable by others unless sticky (they could rename what is in it), each symbolic link
+    ours or root's (followed, its target checked the same way), and the path itself ours or
+    root's and not writable by others at all, sticky or not (in a directory, they could add
+    a module or a file). Used for what is run or imported by path later (a directory on
+    ``sys.path``, an image), where a later check would come too late.
+    """
+    pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
+    done = Path("/")  # resolved so far: real directories only, each checked
+    hops = 0
+    while True:
+        try:
+            st = os.lstat(done)
+        except OSError as error:
+            return f"{done}: {error.strerror.lower()}"
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if st.st_uid not in (os.geteuid(), 0) or hops > MAX_HOPS:
+                return f"{done} is a symbolic link of {_owner(st)}'s"
+            target = os.readlink(done)
+            pending = [p for p in target.split("/") if p] + pending
+            done = Path("/") if target.startswith("/") else done.parent
+            continue
+        last = not pending
+        if st.st_uid not in (os.geteuid(), 0):
+            return f"{done} belongs to {_owner(st)}"
+        if st.st_mode & OTHERS_WRITE and (last or not st.st_mode & stat.S_ISVTX):
+            sticky = "" if last else " and is not sticky"
+            return f"{done} can be written by other users (mode {_mode(st)}){sticky}"
+        if last:
+            return None
+        step, pending = pending[0], pending[1:]
+        if step == "..":
+            done = done.parent
+        elif step != ".":
+            done = done / step
+
+
 def check_parent(directory: Path, what: str, fix: str) -> None:
     """Refuse a directory in which another user could swap our entries for theirs."""
     try:

@@ -20,6 +20,10 @@ import importlib
 import dask.config
 from distributed.versions import get_versions, required_packages
 
+from dask_hpc.import_path import forget_safe_path
+
+forget_safe_path()  # a forkserver multiprocessing started: its workers get the user's env
+
 _worker_imports = [
     *dask.config.get("distributed.worker.http.routes", default=[]),
     "dask_hpc.worker",

@@ -135,7 +135,7 @@ def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
         Path(node.backend.name), "cd && hpc-cluster script cpu --batch-system slurm"
     )
     assert script.returncode == 0, script.stderr
-    assert re.search(r"/opt/dask-hpc/venv/bin/python\S* -m dask_hpc cpu 1 ", script.stdout)
+    assert re.search(r"/opt/dask-hpc/venv/bin/python\S* -P -m dask_hpc cpu 1 ", script.stdout)
 
 
 @pytest.mark.parametrize("name", CONVERGED)

@@ -85,17 +85,21 @@ def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
         'exec apptainer exec --bind /shared/dask-hpc --bind /etc/dask:/etc/dask:ro "$image" '
         'start-cluster "$@"'
     )
+    def run(image: Path) -> subprocess.CompletedProcess[str]:
+        env = {"PATH": "/usr/bin:/bin", "DASK_HPC_IMAGE": str(image)}
+        return subprocess.run(["sh", str(wrapper), "--help"], env=env, capture_output=True,
+                              text=True, check=False)
+
     missing = tmp / "no-such.sif"
-    result = subprocess.run(
-        ["sh", str(wrapper), "--help"],
-        env={"PATH": "/usr/bin:/bin", "DASK_HPC_IMAGE": str(missing)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    result = run(missing)
     assert result.returncode == 1
     assert f"cannot read the image {missing}" in result.stderr
     assert "dask-hpc" in result.stderr  # names the group that may read images
+    elsewhere = tmp / "mine.sif"  # readable, but outside root's image directory
+    elsewhere.write_bytes(b"")
+    result = run(elsewhere)
+    assert result.returncode == 2
+    assert f"{elsewhere} is not in /shared/dask-hpc/images" in result.stderr
 
 
 def test_python_provider_puts_hpc_cluster_beside_start_cluster(tmp: Path) -> None:

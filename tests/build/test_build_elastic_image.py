@@ -29,7 +29,10 @@ def test_hpccluster_workers_in_the_image(
         assert (
             "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
             f"--kill-on-bad-exit=0 apptainer exec --bind "
-            f"{cluster.directory} {local_image} start-cluster cpu 2 --join" in script
+            f'{cluster.directory} "$dask_hpc_image" start-cluster cpu 2 --join' in script
+        ), script
+        assert (
+            f"dask_hpc_image=$(readlink -e -- {local_image})" in script
         ), script
         cluster.scale(jobs=1)
         client = cluster.get_client()

@@ -42,10 +42,12 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
     assert out.stat().st_mode & 0o111
+    text = out.read_text()
+    assert "dask_hpc_image=$(readlink -e -- dask-hpc-polaris.sif)" in text  # settled once
     assert (
         "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv "
-        "dask-hpc-polaris.sif start-cluster gpu 4"
-        in out.read_text()
+        '"$dask_hpc_image" start-cluster gpu 4'
+        in text
     )
 
 
@@ -81,11 +83,13 @@ def test_generated_slurm_script_runs_on_slurm(
     )
     assert result.returncode == 0, result.stderr
     script = result.stdout
-    check = f"apptainer verify --key {image_keys.public} {local_image}"
-    assert script.index(check) < script.index("\nsrun "), script
+    settle = f"dask_hpc_image=$(readlink -e -- {local_image})"
+    check = f"dask_hpc_key={image_keys.public}"
+    assert script.index(settle) < script.index(check) < script.index("\nsrun "), script
+    assert 'apptainer verify --key "$dask_hpc_key" "$dask_hpc_image"' in script
     assert (
         "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
-        f"--kill-on-bad-exit=0 apptainer exec --nv {local_image} "
+        '--kill-on-bad-exit=0 apptainer exec --nv "$dask_hpc_image" '
         f"start-cluster cpu 2 --site deepops -- python {pi}" in script
     )
     env = {**cluster_env, **slurm_cluster.env}
@@ -94,6 +98,30 @@ def test_generated_slurm_script_runs_on_slurm(
     output = slurm_cluster.job_output(job)
     assert (state, code) == ("COMPLETED", 0), output
     assert re.search(r"pi ~= 3\.1\d+ .* on 2 worker\(s\) using numpy", output), output
+
+
+@pytest.mark.slurm
+@pytest.mark.apptainer
+@pytest.mark.timeout(900)
+def test_a_relative_image_runs_once_its_recorded_sha256_matches(
+    invoke, slurm_cluster, cluster_env, local_image: Path, tmp_path: Path
+) -> None:
+    """No site key: the job resolves the image's relative path in its own directory, checks
+    the sha256 `invoke build` recorded beside it, and srun's ranks run that path."""
+    assert (local_image.parent / f"{local_image.name}.sha256").is_file()
+    result = invoke(
+        "job", "--site", "deepops", "--nodes", "1", "--workers-per-node", "1",
+        "--worker-type", "cpu", "--image", local_image.name, "--walltime", "5",
+        "--", "python", "-c", "print(6*7)",
+    )
+    assert result.returncode == 0, result.stderr
+    assert "apptainer verify" not in result.stdout  # no key: the digest alone
+    job = slurm_cluster.sbatch(result.stdout, env={**cluster_env, **slurm_cluster.env},
+                               cwd=local_image.parent)
+    state = slurm_cluster.wait_job(job, timeout=240)
+    output = slurm_cluster.job_output(job)
+    assert state == ("COMPLETED", 0), output
+    assert "\n42\n" in output
 
 
 def test_invoke_job_command_is_shell_quoted(run_cmd) -> None:

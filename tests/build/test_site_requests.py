@@ -139,7 +139,7 @@ def test_a_plain_cluster_asks_for_everything(system: str, expected: list[str]) -
     lines = header(text)
     for piece in expected:
         assert any(piece in line for line in lines), (piece, lines)
-    assert "python3 -m dask_hpc gpu 4 --nthreads 8 --memory-limit 16GB" in text
+    assert "start-cluster gpu 4 --nthreads 8 --memory-limit 16GB" in text
 
 
 @pytest.mark.parametrize("site", sorted(all_sites()))

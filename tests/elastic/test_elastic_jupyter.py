@@ -53,12 +53,18 @@ def test_widget_and_repr_in_a_kernel(elastic_env, monkeypatch, tmp_path: Path) -
     assert "jobs=1" in data["text/plain"]
 
 
-def http_get(url: str, token: str) -> tuple[int, str]:
-    """A browser's GET with Jupyter's token: redirects followed, cookies kept."""
+def browser(base: str, token: str) -> urllib.request.OpenerDirector:
+    """A browser logged in to Jupyter (its session cookie, as a hub user has), keeping
+    cookies and following redirects."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
-    request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+    with opener.open(f"{base}?token={token}", timeout=60) as response:
+        assert response.status == 200
+    return opener
+
+
+def http_get(opener: urllib.request.OpenerDirector, url: str) -> tuple[int, str]:
     try:
-        with opener.open(request, timeout=60) as response:
+        with opener.open(url, timeout=60) as response:
             return response.status, response.read().decode(errors="replace")
     except urllib.error.HTTPError as error:
         return error.code, ""
@@ -72,7 +78,7 @@ def test_dashboard_link_through_jupyterhub_proxy(
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
     link = cluster.dashboard_link
     port = cluster.info.dashboard_port
-    assert link.startswith(f"{prefix}proxy/{port}/status?token="), link
+    assert link.startswith(f"{prefix}proxy/127.0.0.1:{port}/status?token="), link
 
     token = "jupyter-token-of-alice"
     log = tmp_path / "jupyter.log"
@@ -95,10 +101,11 @@ def test_dashboard_link_through_jupyterhub_proxy(
 
         jport = wait_for(serving, 60, what="jupyter server")
         assert server.poll() is None, log.read_text()
-        status, body = http_get(f"http://127.0.0.1:{jport}{link}", token)
+        hub = f"http://127.0.0.1:{jport}"
+        status, body = http_get(browser(f"{hub}{prefix}", token), f"{hub}{link}")
         assert status == 200 and "Dask" in body, (status, body[:500])
         bare = link.split("?")[0]  # the proxy passes the owner through; the dashboard asks
-        assert http_get(f"http://127.0.0.1:{jport}{bare}", token)[0] == 403
+        assert http_get(browser(f"{hub}{prefix}", token), f"{hub}{bare}")[0] == 403
     finally:
         server.terminate()
         server.wait(timeout=30)

@@ -18,10 +18,10 @@ from dask_hpc.errors import UsageError
 pytestmark = pytest.mark.slurm
 
 CASES = {
-    "pbs": ("polaris", r"^mpiexec -n 2 --ppn 2 --depth=32 --cpu-bind depth \S+ -m dask_hpc "
+    "pbs": ("polaris", r"^mpiexec -n 2 --ppn 2 --depth=32 --cpu-bind depth \S+ -P -m dask_hpc "
                        r"cpu 2 --join "),
     "lsf": ("summit", r"^jsrun --nrs 2 --rs_per_host 2 --tasks_per_rs 1 --cpu_per_rs 21 "
-                      r"--gpu_per_rs 0 --bind rs \S+ -m dask_hpc cpu 2 --join "),
+                      r"--gpu_per_rs 0 --bind rs \S+ -P -m dask_hpc cpu 2 --join "),
 }
 
 

@@ -27,7 +27,7 @@ def test_scale_up_to_two_jobs_and_down_to_none(make_flux_cluster, elastic_flux, 
         assert line in script.splitlines(), script
     assert re.search(
         r"^flux run --nodes=1 --ntasks=2 --cores-per-task=1 --gpus-per-task=0 -o "
-        r"cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none \S+ -m dask_hpc "
+        r"cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none \S+ -P -m dask_hpc "
         rf"cpu 2 --join {cluster.scheduler_file} --name-prefix {cluster.cluster_id}-cpu-1 ",
         script, re.M,
     ), script

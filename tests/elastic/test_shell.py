@@ -115,5 +115,6 @@ def test_script_prints_the_job_script_and_submits_nothing(run_cmd, shell_env, el
     assert "mpiexec -n 4 --ppn 4 --depth=16 --cpu-bind depth apptainer exec --nv --bind " in (
         result.stdout
     )
-    assert f" {image} start-cluster gpu 4 --join " in result.stdout
+    assert f"dask_hpc_image=$(readlink -e -- {image})" in result.stdout
+    assert ' "$dask_hpc_image" start-cluster gpu 4 --join ' in result.stdout
     assert elastic_slurm.jobs() == []

@@ -23,7 +23,7 @@ def test_scale_by_jobs_with_tls_and_down_keeping_every_result(
     assert "#SBATCH --ntasks-per-node=2" in script
     assert re.search(
         r"^srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
-        r"--kill-on-bad-exit=0 \S+ -m dask_hpc cpu 2 --join "
+        r"--kill-on-bad-exit=0 \S+ -P -m dask_hpc cpu 2 --join "
         rf"{cluster.scheduler_file} --name-prefix {cluster.cluster_id}-cpu-1 --site generic$",
         script,
         re.M,

@@ -53,6 +53,6 @@ def test_the_scheduler_runs_in_a_job_of_its_own(make_cluster, elastic_slurm, wai
 def test_the_dashboard_of_an_in_process_scheduler_asks_for_its_token(make_cluster) -> None:
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
     link = cluster.dashboard_link
-    assert link.startswith("http://localhost:") and "/status?token=" in link
+    assert link.startswith("http://127.0.0.1:") and "/status?token=" in link
     assert http_status(link) == 200
     assert http_status(link.split("?")[0]) == 403

@@ -32,7 +32,12 @@ class Background:
     all: list[Background] = []
 
     def __init__(
-        self, argv: Sequence[str], env: Mapping[str, str], workdir: Path, name: str = "run"
+        self,
+        argv: Sequence[str],
+        env: Mapping[str, str],
+        workdir: Path,
+        name: str = "run",
+        cwd: Path | None = None,
     ) -> None:
         self.out_path = workdir / f"{name}.out"
         self.err_path = workdir / f"{name}.err"
@@ -41,6 +46,7 @@ class Background:
             self.proc = subprocess.Popen(
                 self.argv,
                 env=dict(env),
+                cwd=cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -26,6 +26,7 @@ def where_am_i(dask_worker=None, dask_scheduler=None) -> dict:  # noqa: ANN001 -
         "uid": info.st_uid,
         "mode": stat.S_IMODE(info.st_mode),
         "sys_path_0": __import__("sys").path[0],
+        "sys_path": __import__("sys").path,
     }
 
 

@@ -245,7 +245,7 @@ def _recipe_class(r: Path) -> None:
 def _recipe_dep_pin(r: Path) -> None:
     edit(
         spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-        'depends_on("py-distributed@2025.4.0:2026.8")',
+        'depends_on("py-distributed@2026.7.1:2026.8")',
         'depends_on("py-distributed@2024.12.0:2026.8")',
     )
 
@@ -338,7 +338,7 @@ def _broken_yaml(r: Path) -> None:
         (
             _recipe_dep_pin,
             "distributed range ['2024.12.0:2026.8'], pyproject.toml's "
-            "distributed>=2025.4.0,<2026.9 is @2025.4.0:2026.8",
+            "distributed>=2026.7.1,<2026.9 is @2026.7.1:2026.8",
         ),
         (_recipe_missing_dep, "no depends_on('py-psutil...')"),
         (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
@@ -373,14 +373,14 @@ def test_a_pin_outside_the_supported_range_is_caught(repo: Path) -> None:
     edit(repo / "spack" / "common.yaml", "@2026.7.1", "@2024.12.0", count=2)
     found = problems(repo)
     assert (
-        "constraints.txt: dask==2024.12.0 is outside pyproject.toml's dask>=2025.4.0,<2026.9"
+        "constraints.txt: dask==2024.12.0 is outside pyproject.toml's dask>=2026.7.1,<2026.9"
     ) in found
 
 
 def test_the_recipe_must_declare_pyprojects_dask_range(repo: Path) -> None:
-    edit(repo / "pyproject.toml", ">=2025.4.0,<2026.9", ">=2024.12.0,<2026.9", count=2)
+    edit(repo / "pyproject.toml", ">=2026.7.1,<2026.9", ">=2024.12.0,<2026.9", count=2)
     found = problems(repo)
     assert (
-        "dask range ['2025.4.0:2026.8'], "
+        "dask range ['2026.7.1:2026.8'], "
         "pyproject.toml's dask>=2024.12.0,<2026.9 is @2024.12.0:2026.8"
     ) in found

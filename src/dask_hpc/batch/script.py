@@ -15,13 +15,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import images
+from .. import images, import_path, private
 from ..errors import UsageError
 from ..sites import Site, load_site
+from . import image as image_lines
 from . import requests
 from .templating import Template
 
@@ -63,7 +65,7 @@ class JobRequest:
     batch_system: str | None = None  # default: the site's
     launcher: str | None = None  # default: the site's, else the batch system's
     cluster_args: Sequence[str] = ()  # more start-cluster options (--join FILE ...)
-    python: str | None = None  # without an image: ranks run ``PYTHON -m dask_hpc``
+    python: str | None = None  # without an image: ranks run ``PYTHON -P -m dask_hpc``
     program: Sequence[str] | None = None  # instead of start-cluster (a scheduler's job)
     env: Mapping[str, str] = field(default_factory=dict)  # exported before the launch
     directives: Sequence[str] = ()  # more header lines
@@ -193,14 +195,27 @@ def mpi_case(batch_system: str | None, fields: Mapping[str, int], command: str) 
 def _exec_argv(
     argv: Sequence[str], image: str | None, gpu_flag: str, binds: Sequence[str]
 ) -> str:
-    """ARGV, run inside ``image`` with ``apptainer exec`` when there is one."""
-    exec_: list[str] = []
-    if image:
-        exec_ = ["apptainer", "exec", *gpu_flag.split()]
-        for path in binds:
-            exec_ += ["--bind", path]
-        exec_.append(image)
-    return shlex.join([*exec_, *argv])
+    """ARGV, run inside ``image`` with ``apptainer exec`` when there is one: ``image`` as the
+    line names it, shell text (a job names the path it settled: ``"$dask_hpc_image"``)."""
+    if not image:
+        return shlex.join(argv)
+    exec_ = ["apptainer", "exec", *gpu_flag.split()]
+    for path in binds:
+        exec_ += ["--bind", path]
+    return f"{shlex.join(exec_)} {image} {shlex.join(argv)}"
+
+
+def check_image_place(image: str) -> None:
+    """Refuse at once an image that exists here but others could change (the job would
+    refuse it too, later, in its own words: batch.image)."""
+    path = Path(image).expanduser()
+    if path.exists():
+        problem = private.changeable_by_others(path)
+        if problem:
+            raise UsageError(
+                f"image {image} can be changed by other users: {problem}",
+                "keep images in a directory only you or root can write",
+            )
 
 
 def per_rank(ranks_per_node: int, cores: int | None, threads: int | None) -> dict[str, int]:
@@ -212,6 +227,13 @@ def per_rank(ranks_per_node: int, cores: int | None, threads: int | None) -> dic
         "cores_per_rank": max(1, cores // ranks_per_node),
         "cpus_per_rank": max(1, (threads or cores) // ranks_per_node),
     }
+
+
+def start_cluster_argv(python: str | None) -> list[str]:
+    """How a rank starts start-cluster: the console script (in the image, or on the job's
+    PATH), or ``python`` running the package; never with the job's working directory (the
+    submit directory, which others may write) first on ``sys.path`` (``import_path``)."""
+    return import_path.python_argv("dask_hpc", python) if python else ["start-cluster"]
 
 
 def status_from_rank0(launch: str) -> str:
@@ -276,17 +298,17 @@ def render(req: JobRequest) -> str:
     lines += directive(system["output"], req.output or system["default_output"])
     lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
     setup = [*own.batch_setup, *req.setup]
-    if image:  # verified with the site's key once, before the launcher starts any rank
+    if image:  # settled once, before the launcher starts any rank (batch.image)
+        check_image_place(image)
         trust = images.configured_trust(req.image_key, None if req.verify_image else False)
-        if trust.key is not None:
-            setup += images.shell_check(image, trust.key)
+        setup += image_lines.lines(image, trust.key)
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
 
     if req.program is not None:  # one process on the job's first node
         launcher, argv = "none", list(req.program)
     else:
         launcher = launcher_for(site, name, req.launcher)
-        head = ["start-cluster"] if image else [req.python or "python3", "-m", "dask_hpc"]
+        head = start_cluster_argv(None if image else req.python)
         argv = [*head, worker_type, str(per_node), *req.cluster_args, *shape.worker_args]
         if site.name != "generic" and "--site" not in req.cluster_args:
             argv += ["--site", site.name]  # DeepOps nodes say nothing a rank could detect
@@ -299,7 +321,7 @@ def render(req: JobRequest) -> str:
         workers_per_node=per_node,
         worker_type=worker_type,
         argv=argv,
-        image=image,
+        image=f'"${image_lines.VARIABLE}"' if image else None,  # what batch.image settled
         gpu_flag=apptainer_gpu_flag(site.gpu_vendor),
         binds=req.binds,
         fields=shape.fields(req.nodes, worker_type == "gpu"),

@@ -324,6 +324,9 @@ def remote(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpc-cluster`` console script."""
+    from ..import_path import settle
+
+    settle()  # the working directory on sys.path only if nobody else can change it
     argv = sys.argv[1:] if argv is None else argv
     try:
         options, command = split_command(argv)

@@ -12,8 +12,11 @@ from typing import Any
 import dask.config
 from distributed.utils import format_dashboard_link
 
+from ..connection import LOOPBACK
+
 DEFAULT_LINK = "{scheme}://{host}:{port}/status"  # distributed.dashboard.link's default
-HUB_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"  # through jupyter-server-proxy
+# Through jupyter-server-proxy, host and port written out (its /proxy/PORT/ is `localhost`).
+HUB_LINK = "{JUPYTERHUB_SERVICE_PREFIX}proxy/{port}/status"
 
 
 class Display:
@@ -43,14 +46,13 @@ class Display:
         if self.info is None or not self.info.dashboard_port:
             return ""
         port = self.info.dashboard_port
-        host = "localhost"
+        host = LOOPBACK  # written out: `localhost` may be ::1, where another user can listen
         if self.scheduler is None:  # a scheduler job: its node's address
             host = self.info.address.split("://", 1)[-1].rsplit(":", 1)[0]
         template = dask.config.get("distributed.dashboard.link")
         if os.environ.get("JUPYTERHUB_SERVICE_PREFIX") and template == DEFAULT_LINK:
             with dask.config.set({"distributed.dashboard.link": HUB_LINK}):
-                where = port if host == "localhost" else f"{host}:{port}"
-                link = format_dashboard_link(host, where)
+                link = format_dashboard_link(host, f"{host}:{port}")
         else:
             link = format_dashboard_link(host, port)
         token = self.info.dashboard_token

@@ -20,7 +20,7 @@ from typing import Any
 
 from distributed.core import rpc
 
-from .. import security
+from .. import import_path, security
 from ..batch import script
 from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
@@ -44,8 +44,8 @@ def scheduler_request(cluster: Any) -> script.JobRequest:
     """The batch job of a scheduler of its own (``scheduler="job"``): the first pool's
     account, queue, image, environment and directives, on one node."""
     first = next(iter(cluster.pools.values()))
-    module = ["-m", "dask_hpc.elastic.scheduler"]
-    head = ["python3", *module] if first.image else [sys.executable, *module]
+    python = "python3" if first.image else sys.executable  # the image's, or this one
+    head = import_path.python_argv("dask_hpc.elastic.scheduler", python)
     program = [*head, "--directory", str(cluster.directory), "--cluster-id", cluster.cluster_id]
     if cluster.interface:
         program += ["--interface", cluster.interface]

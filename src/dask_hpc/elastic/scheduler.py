@@ -1,5 +1,5 @@
 """An elastic cluster's scheduler: in the user's process, or alone in a batch job
-(``python -m dask_hpc.elastic.scheduler``, for login nodes that kill long processes).
+(``python -P -m dask_hpc.elastic.scheduler``, for login nodes that kill long processes).
 
 Either way it speaks TLS only, with the cluster's own certificates (``security.create``: a
 fresh CA whose key is never written), its dashboard asks for a token (``dashboard.protect``),
@@ -23,6 +23,7 @@ from distributed.utils import get_ip
 from .. import dashboard, event_loop, heartbeats
 from ..connection import SchedulerInfo, write_scheduler_file
 from ..errors import UsageError, say
+from ..import_path import settle
 from ..lighter_tls import Security
 from ..network import interface_address
 from ..security import TlsFiles
@@ -87,6 +88,7 @@ async def start(
 
 def main(argv: list[str] | None = None) -> int:
     """The scheduler's batch job: run until the cluster closes it, or the job is cancelled."""
+    settle()  # started by import_path.python_argv: the submit directory only if it is safe
     parser = argparse.ArgumentParser(prog="python -m dask_hpc.elastic.scheduler")
     parser.add_argument("--directory", required=True, help="the cluster's directory")
     parser.add_argument("--cluster-id", required=True)

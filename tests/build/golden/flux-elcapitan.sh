@@ -12,4 +12,4 @@
 # dask-hpc on elcapitan: 2 node(s) x 4 gpu worker(s), this Python environment on every rank.
 set -euo pipefail
 
-flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 -o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none python3 -m dask_hpc gpu 4 --site elcapitan -- python job.py
+flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 -o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none start-cluster gpu 4 --site elcapitan -- python job.py

@@ -15,8 +15,8 @@ trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
 # The MPI of this job's mpiexec, told apart by its path and version:
 mpi="$(command -v mpiexec || true) $(mpiexec --version 2>&1 | head -n 1 || true)"
 case "$mpi" in
-  *Open\ MPI*|*OpenRTE*) mpirun -n 8 --map-by ppr:4:node:pe=8 --enable-recovery --hostfile "$LSB_DJOB_HOSTFILE" python3 -m dask_hpc cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py ;;
-  *HYDRA*|*MPICH*|*Intel\(R\)\ MPI*) mpiexec -n 8 -ppn 4 -f "$LSB_DJOB_HOSTFILE" -bind-to core:8 python3 -m dask_hpc cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py ;;
+  *Open\ MPI*|*OpenRTE*) mpirun -n 8 --map-by ppr:4:node:pe=8 --enable-recovery --hostfile "$LSB_DJOB_HOSTFILE" start-cluster cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py ;;
+  *HYDRA*|*MPICH*|*Intel\(R\)\ MPI*) mpiexec -n 8 -ppn 4 -f "$LSB_DJOB_HOSTFILE" -bind-to core:8 start-cluster cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py ;;
   *) echo "dask-hpc: mpiexec is none of openmpi, mpich ($mpi); load the site's MPI module, or name the launcher (--launcher)" >&2; exit 2 ;;
 esac
 status=$(cat "$DASK_HPC__EXIT_STATUS_FILE" 2>/dev/null || true)

@@ -11,4 +11,42 @@
 set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"
 module load apptainer
-mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec dask-hpc-aurora.sif start-cluster gpu 6 --site aurora -- python pi.py
+# The image every rank runs, settled once before any starts: resolved, in a place nobody but
+# you or root can change (each rank opens it again by path), then checked: its recorded sha256
+# and its signature. DASK_HPC__IMAGE_VERIFY=false skips the checks, not the place.
+dask_hpc_refuse() { echo "dask-hpc: $*" >&2; exit 2; }
+dask_hpc_others() {  # why another user could change $1 (written to, unless a sticky parent)
+  local owner mode
+  owner=$(stat -c %u -- "$1") && mode=$(stat -c %a -- "$1") || { echo "$1 is unreadable"; return; }
+  if [ "$owner" != 0 ] && [ "$owner" != "$(id -u)" ]; then
+    echo "$1 belongs to uid $owner"
+  elif [ $((0$mode & 022)) != 0 ] && { [ "${2:-}" = last ] || [ $((0$mode & 01000)) = 0 ]; }; then
+    echo "$1 can be written by other users (mode $mode)"
+  fi
+}
+dask_hpc_image=$(readlink -e -- dask-hpc-aurora.sif) ||
+  dask_hpc_refuse "image "dask-hpc-aurora.sif" does not exist (in $PWD); give its path"
+dask_hpc_at=$dask_hpc_image
+dask_hpc_why=$(dask_hpc_others "$dask_hpc_at" last)
+while [ -z "$dask_hpc_why" ] && [ "$dask_hpc_at" != / ]; do
+  dask_hpc_at=$(dirname -- "$dask_hpc_at")
+  dask_hpc_why=$(dask_hpc_others "$dask_hpc_at")
+done
+[ -z "$dask_hpc_why" ] || dask_hpc_refuse "image $dask_hpc_image can be changed by other" \
+  "users: $dask_hpc_why; keep images in a directory only you or root can write"
+if [ "${DASK_HPC__IMAGE_VERIFY:-true}" != false ]; then
+  dask_hpc_digest=$dask_hpc_image.sha256
+  if [ -L "$dask_hpc_digest" ]; then
+    dask_hpc_refuse "$dask_hpc_digest is a symbolic link; remove it, or record the digest again"
+  elif [ -e "$dask_hpc_digest" ]; then
+    dask_hpc_why=$(dask_hpc_others "$dask_hpc_digest" last)
+    [ -z "$dask_hpc_why" ] || dask_hpc_refuse "the recorded sha256 of $dask_hpc_image can be" \
+      "changed by other users: $dask_hpc_why; record it again (invoke pull)"
+    dask_hpc_want=$(cut -d " " -f 1 -- "$dask_hpc_digest")
+    dask_hpc_have=$(sha256sum < "$dask_hpc_image" | cut -d " " -f 1)
+    [ "$dask_hpc_have" = "$dask_hpc_want" ] || dask_hpc_refuse "image $dask_hpc_image has" \
+      "sha256 $dask_hpc_have, not $dask_hpc_want as recorded in $dask_hpc_digest; fetch the" \
+      "image again, or record its digest (invoke pull)"
+  fi
+fi
+mpiexec -n 12 --ppn 6 --depth=34 --cpu-bind depth apptainer exec "$dask_hpc_image" start-cluster gpu 6 --site aurora -- python pi.py

@@ -11,4 +11,4 @@
 # dask-hpc on generic: 2 node(s) x 4 cpu worker(s), this Python environment on every rank.
 set -euo pipefail
 
-srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --no-kill --kill-on-bad-exit=0 python3 -m dask_hpc cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py
+srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --cpus-per-task=8 --no-kill --kill-on-bad-exit=0 start-cluster cpu 4 --nthreads 8 --memory-limit 16GB -- python job.py

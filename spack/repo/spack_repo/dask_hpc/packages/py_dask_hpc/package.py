@@ -24,8 +24,8 @@ class PyDaskHpc(PythonPackage):
     # pyproject.toml's supported range (tests/spack checks it); spack/common.yaml pins one
     # release inside it for the images.
     with default_args(type=("build", "run")):
-        depends_on("py-dask@2025.4.0:2026.8 +distributed")
-        depends_on("py-distributed@2025.4.0:2026.8")
+        depends_on("py-dask@2026.7.1:2026.8 +distributed")
+        depends_on("py-distributed@2026.7.1:2026.8")
         depends_on("py-bokeh@3.1:3.9")
         depends_on("py-cryptography@41:")
         depends_on("py-psutil@5.9:")

@@ -1,4 +1,8 @@
-"""The oldest Dask release dask-hpc declares, from pyproject.toml (printed when run)."""
+"""The range of Dask releases dask-hpc declares, from pyproject.toml (printed when run).
+
+Its low end is the release the images and the main test run pin (constraints.txt); the newest
+release inside it is what tests/setup/newest_dask.sh installs for tests/test_newest_dask.py.
+"""
 
 from __future__ import annotations
 
@@ -14,8 +18,8 @@ else:  # pragma: no cover - Python 3.10
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
-def oldest_dask(pyproject: Path = PYPROJECT) -> str:
-    """The lower bound (``>=X``) of the ``distributed`` requirement."""
+def distributed_range(pyproject: Path = PYPROJECT) -> str:
+    """The specifier of the ``distributed`` requirement, e.g. ``>=2026.7.1,<2026.9``."""
     text = pyproject.read_text()
     if tomllib is not None:
         requirements = tomllib.loads(text)["project"]["dependencies"]
@@ -23,11 +27,10 @@ def oldest_dask(pyproject: Path = PYPROJECT) -> str:
         requirements = re.findall(r'"(distributed[^"]*)"', text)
     for requirement in requirements:
         m = re.match(r"distributed\s*(?:\[[^\]]*\])?\s*(.*)$", requirement)
-        low = re.search(r">=\s*([0-9][0-9.]*)", m.group(1)) if m else None
-        if low:
-            return low.group(1)
+        if m and ">=" in m.group(1):
+            return m.group(1).replace(" ", "")
     raise SystemExit(f"{pyproject}: no distributed>=X requirement")
 
 
 if __name__ == "__main__":
-    print(oldest_dask())
+    print(distributed_range())

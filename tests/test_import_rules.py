@@ -1,0 +1,108 @@
+"""``dask_hpc.import_path``: how our Pythons start without the working directory on
+``sys.path``, and ``private.changeable_by_others``, the rule it applies (a second user's
+planted modules: tests/neighbour/test_import_path.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from support import REPO
+
+from dask_hpc import import_path
+from dask_hpc.private import changeable_by_others
+
+
+def test_the_entrypoint_runs_the_same_bootstrap() -> None:
+    text = (REPO / "entrypoints" / "start-cluster").read_text()
+    assert f"-c '{import_path.BOOTSTRAP.format(module='dask_hpc')}'" in text
+
+
+def test_this_python_gets_safe_path_and_another_the_bootstrap(tmp_path: Path) -> None:
+    assert import_path.python_argv("m") == [sys.executable, "-P", "-m", "m"]
+    other = str(tmp_path / "python3")
+    argv = import_path.python_argv("m", other)
+    assert argv[:2] == [other, "-c"] and 'run_module("m"' in argv[2]
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """Directories of ours (the test's user, root) under the private tmp_path."""
+    for name, mode in (("open", 0o777), ("shared", 0o775), ("sticky", 0o1777), ("mine", 0o755)):
+        (tmp_path / name).mkdir()
+        os.chmod(tmp_path / name, mode)
+    (tmp_path / "sticky" / "inside").mkdir(mode=0o755)
+    (tmp_path / "open" / "inside").mkdir(mode=0o755)
+    return tmp_path
+
+
+def test_what_others_can_change(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert changeable_by_others(tree / "mine") is None
+    assert "mode 0777" in changeable_by_others(tree / "open")
+    assert "mode 0775" in changeable_by_others(tree / "shared")  # a group is others
+    assert "mode 1777" in changeable_by_others(tree / "sticky")  # they can add files in it
+    assert changeable_by_others(tree / "sticky" / "inside") is None  # but not rename ours
+    problem = changeable_by_others(tree / "open" / "inside")  # they could rename it away
+    assert "open can be written by other users (mode 0777) and is not sticky" in problem
+    assert "no such file" in changeable_by_others(tree / "missing")
+    # symbolic links are followed, and the target checked the same way
+    (tree / "mine" / "to-open").symlink_to("../open")
+    assert "mode 0777" in changeable_by_others(tree / "mine" / "to-open")
+    (tree / "mine" / "to-mine").symlink_to(tree / "mine")
+    assert changeable_by_others(tree / "mine" / "to-mine") is None
+    assert "mode 0777" in changeable_by_others(tree / "mine" / "to-mine" / ".." / "open")
+    (tree / "mine" / "loop").symlink_to("loop")
+    assert "symbolic link" in changeable_by_others(tree / "mine" / "loop")
+    monkeypatch.chdir(tree / "mine")
+    assert changeable_by_others(".") is None
+    assert "mode 0777" in changeable_by_others("../open")
+
+
+PROBE = """
+import json, os, sys
+from dask_hpc.import_path import settle
+note = settle()
+print(json.dumps({"note": note, "path": sys.path, "cwd": os.getcwd()}))
+"""
+
+
+def probe(argv: list[str], cwd: Path) -> dict:
+    out = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("form", ["-c", "-P -c", "script"])
+def test_settle_keeps_a_private_working_directory_last_and_drops_one_others_write(
+    tree: Path, form: str
+) -> None:
+    script = tree / "mine" / "probe.py"
+    script.write_text(PROBE)
+    argv = {"-c": [sys.executable, "-c", PROBE], "-P -c": [sys.executable, "-P", "-c", PROBE],
+            "script": [sys.executable, str(script)]}[form]
+    for where, safe in ((tree / "mine", True), (tree / "open", False), (tree / "sticky", False)):
+        seen = probe(argv, where)
+        resolved = [os.path.realpath(p) if p else seen["cwd"] for p in seen["path"]]
+        if safe:  # where Python put it (-c, a script), else appended
+            assert seen["note"] is None and str(where) in resolved, seen
+            if form == "-P -c":
+                assert seen["path"][-1] == str(where), seen
+        else:
+            assert str(where) not in resolved and "" not in seen["path"], seen
+            assert f"the working directory {where} is not on the workers' module path" in (
+                seen["note"]
+            )
+    if form == "script":  # the script's own directory stays: it is the owner's (0755)
+        assert str(tree / "mine") in probe(argv, tree / "open")["path"]
+
+
+def test_pythonpath_stays_even_where_others_write(tree: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(tree / "open")}
+    seen = json.loads(subprocess.run(
+        [sys.executable, "-P", "-c", PROBE], cwd=tree / "mine", env=env, capture_output=True,
+        text=True, timeout=60, check=True,
+    ).stdout)
+    assert str(tree / "open") in seen["path"]  # the user named it
