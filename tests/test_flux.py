@@ -160,6 +160,23 @@ def test_without_flux_on_rank_0s_path_a_lost_node_would_end_the_job_and_it_says_
                                "ends this Flux job") == 1, result.stderr
 
 
+def test_a_flux_module_planted_in_the_jobs_directory_never_runs(
+    run_cmd, flux_env, tmp_path
+) -> None:
+    """Rank 0's request to Flux runs in the job's working directory (often one its group can
+    write): a flux.py planted there is not what it imports."""
+    planted = tmp_path / "shared-project"
+    planted.mkdir()
+    marker = tmp_path / "planted-ran"
+    (planted / "flux.py").write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    argv = ["flux", "run", "-N2", "--tasks-per-node=1", f"--cwd={planted}", *start_cluster(),
+            "cpu", "1", *OPTS, "--", "true"]
+    result = run_cmd(argv, env=flux_env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert not marker.exists(), "the planted flux.py ran"
+    assert "Flux refused" not in result.stderr and "warning" not in result.stderr, result.stderr
+
+
 def test_gpu_worker_per_rank_on_fluxs_gpus_emulated(run_cmd, cluster_env, tmp_path) -> None:
     """flux run -n2 -g1 on a node of 2 EMULATED GPUs (Flux's resource set; no device here):
     Flux's job shell gives each task CUDA_VISIBLE_DEVICES=0,1 (its node's GPUs: the default

@@ -11,8 +11,9 @@ nothing is sent (Flux's default stays).
 
 The request goes through ``flux python``: Flux's bindings are built for the Python that Flux
 was built with, which need not be this one, and ``flux`` sets up their path for its child
-only. Where ``flux`` is not on PATH (a rank inside a container without it) it cannot be sent,
-and rank 0 says so.
+only; the working directory is off that Python's ``sys.path`` (``import_path``'s rule). Where
+``flux`` is not on PATH (a rank inside a container without it) it cannot be sent, and rank 0
+says so.
 """
 
 from __future__ import annotations
@@ -23,9 +24,12 @@ from collections.abc import Mapping
 
 from .errors import say
 
-# Flux's own t/t2400-job-exec-test.t sends it the same way.
+# Flux's own t/t2400-job-exec-test.t sends it the same way. ``python -c`` puts the working
+# directory (the job's, often one its group can write) first on sys.path: it is dropped before
+# anything is imported, as import_path.BOOTSTRAP does (a flux.py planted there never runs).
 _REQUEST = (
-    "import sys, flux; from flux.job import JobID; "
+    'import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0); '
+    "import flux; from flux.job import JobID; "
     "flux.Flux().rpc('job-exec.critical-ranks', "
     "{'id': JobID(sys.argv[1]), 'ranks': sys.argv[2]}).get()"
 )
