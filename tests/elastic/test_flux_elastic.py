@@ -58,19 +58,21 @@ def test_scale_up_to_two_jobs_and_down_to_none(make_flux_cluster, elastic_flux, 
     client.close()
 
 
-@pytest.mark.timeout(420)
+@pytest.mark.timeout(480)
 def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     make_flux_cluster, elastic_flux
 ) -> None:
-    """One-minute jobs under 100 s of computing on persisted data: each job's workers retire
-    before its walltime (a margin of 20 s, and 8 more for the Flux instance each batch job
-    is), the replacement is there before they go."""
+    """90-second jobs under 2 minutes of computing on persisted data: each job's workers
+    retire before its walltime (a margin of 20 s, and 8 more for the Flux instance each batch
+    job is), the replacement is there before they go. (One-minute jobs dipped to one worker
+    now and then on the loaded 2-core machine: a replacement's start took longer than the
+    25 s before the first retirement, docs/elastic.md.)"""
     import dask.array as da
     import numpy as np
 
-    cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:01:00")
-    assert "#FLUX: --time-limit=1m" in cluster.job_script()
-    assert cluster.pools["cpu"].lifetime() == (32.0, 7.0)
+    cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:01:30")
+    assert "#FLUX: --time-limit=90s" in cluster.job_script()
+    assert cluster.pools["cpu"].lifetime() == (62.0, 7.0)
     cluster.scale(jobs=2)
     client = cluster.get_client()
     client.wait_for_workers(2, timeout=120)
@@ -85,7 +87,7 @@ def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     total = expected = rounds = 0
     fewest = 2
     start = time.monotonic()
-    while time.monotonic() - start < 100:
+    while time.monotonic() - start < 120:
         total += int((x + rounds).map_blocks(slow).sum().compute())
         expected += base + rounds * 2000
         rounds += 1
