@@ -105,7 +105,7 @@ class FluxInstance:
         )
         return ["-c", str(conf)]
 
-    def start(self, timeout: float = 60) -> FluxInstance:
+    def start(self, timeout: float = 180) -> FluxInstance:
         uri_file = self.base / "uri"
         rundir = self.base / "run"
         rundir.mkdir(parents=True, exist_ok=True)
