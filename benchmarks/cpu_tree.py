@@ -43,7 +43,7 @@ def main() -> int:
     rank = next(
         (
             os.environ[v]
-            for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+            for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "FLUX_TASK_RANK", "SLURM_PROCID")
             if v in os.environ
         ),
         "",

@@ -1,6 +1,8 @@
 """Elastic clusters side by side: dask-hpc's HPCCluster and dask-jobqueue 0.9's SLURMCluster on
-the same private Slurm (tests/harness: 3 emulated nodes of 16 CPUs), both with TLS and the
-scheduler in this process, 2 workers per job (jobqueue: ``processes=2``). Prints a table:
+the same private Slurm (tests/harness: 3 emulated nodes of 16 CPUs), and HPCCluster on a real
+Flux (``dask-hpc-flux``: flux-core 0.88, ``flux start --test-size=3``, 3 brokers as 3 nodes of
+this host's cores), all with TLS and the scheduler in this process, 2 workers per job
+(jobqueue: ``processes=2``). Prints a table:
 
 - scale(jobs=N): seconds from the call until every worker is connected, and the part of it
   after the batch system started the last job (what the cluster itself costs);
@@ -15,7 +17,7 @@ scheduler in this process, 2 workers per job (jobqueue: ``processes=2``). Prints
   computation on persisted data for 3 min 15 s; jobqueue with its documented
   ``--lifetime 40s --lifetime-stagger 5s`` and ``adapt(minimum_jobs=2, maximum_jobs=2)``.
 
-    python benchmarks/elastic.py [--jobs 2] [--repeat 1] [--walltime] [--only dask-hpc]
+    python benchmarks/elastic.py [--jobs 2] [--repeat 1] [--walltime] [--only dask-hpc ...]
 
 Needs the test infrastructure (tests/setup/install.sh) and ``pip install '.[bench]'``.
 """
@@ -27,7 +29,6 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from contextlib import suppress
@@ -37,11 +38,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from batch_views import JobStarts, View, flux_view, killed, slurm_view  # noqa: E402
+from harness.flux import FluxInstance  # noqa: E402
 from harness.slurm import SlurmCluster  # noqa: E402
 
 WORKERS_PER_JOB = 2
 LOOP_TIMEOUT = 180
-FLAVORS = ("dask-hpc", "dask-jobqueue")
+FLAVORS = ("dask-hpc", "dask-jobqueue", "dask-hpc-flux")
 GOALS = {
     "scale_total": "-",
     "scale_after_start": "<= jobqueue's",
@@ -72,34 +75,6 @@ LABELS = {
 }
 
 
-class JobStarts:
-    """When each Slurm job was first seen running (squeue every 50 ms, in a thread)."""
-
-    def __init__(self, slurm: SlurmCluster) -> None:
-        self.slurm = slurm
-        self.first_running: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, daemon=True)
-        self._thread.start()
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.05):
-            res = self.slurm.run(["squeue", "-h", "-t", "all", "-o", "%i %T"], timeout=10)
-            now = time.monotonic()
-            for line in res.stdout.splitlines():
-                jid, _, state = line.partition(" ")
-                if state in ("RUNNING", "COMPLETING", "COMPLETED"):
-                    self.first_running.setdefault(jid, now)
-
-    def last_start_since(self, t0: float) -> float | None:
-        starts = [t for t in self.first_running.values() if t >= t0]
-        return max(starts) if starts else None
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def make(
     flavor: str,
     tmp: Path,
@@ -108,11 +83,12 @@ def make(
     per_job: int = WORKERS_PER_JOB,
 ) -> Any:
     """A cluster of ``per_job``-worker jobs, TLS on, the scheduler in this process."""
-    if flavor == "dask-hpc":
+    if flavor in ("dask-hpc", "dask-hpc-flux"):
         from dask_hpc import HPCCluster
 
+        system = "flux" if flavor == "dask-hpc-flux" else "slurm"
         return HPCCluster("cpu", workers_per_node=per_job, walltime=walltime, directory=tmp,
-                          quiet=True)
+                          batch_system=system, quiet=True)
     from dask_jobqueue import SLURMCluster
 
     extra = ["--lifetime", "40s", "--lifetime-stagger", "5s"] if lifetime else []
@@ -152,12 +128,12 @@ def recomputed(scheduler: Any) -> int:
     return sum(1 for n in done.values() if n > 1)
 
 
-def scale_and_down(flavor: str, slurm: SlurmCluster, tmp: Path, jobs: int) -> dict[str, Any]:
+def scale_and_down(flavor: str, view: View, tmp: Path, jobs: int) -> dict[str, Any]:
     import operator
 
     from distributed import wait
 
-    starts = JobStarts(slurm)
+    starts = JobStarts(view)
     cluster = make(flavor, tmp)
     client = cluster.get_client()
     try:
@@ -223,7 +199,7 @@ class JobqueueJobs:
 
 def early_cancels(flavor: str, cluster: Any, joins: Joins, jobs: Any) -> str:
     """Jobs cancelled before any of their workers connected / jobs submitted."""
-    if flavor == "dask-hpc":
+    if flavor != "dask-jobqueue":
         every = [*cluster.finished, *cluster.jobs.values()]
         early = sum(1 for j in every if j.cancelled and not j.ever_connected)
         return f"{early} / {sum(p.counter for p in cluster.pools.values())}"
@@ -232,7 +208,7 @@ def early_cancels(flavor: str, cluster: Any, joins: Joins, jobs: Any) -> str:
     return f"{early} / {len(jobs.started)}"
 
 
-def adapt_burst(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, Any]:
+def adapt_burst(flavor: str, view: View, tmp: Path) -> dict[str, Any]:
     from distributed import wait
 
     cluster = make(flavor, tmp)
@@ -250,18 +226,14 @@ def adapt_burst(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, Any]:
         wait(futures, timeout=600)
         t2 = time.monotonic()
         del futures
-        t3 = wait_until(lambda: workers(client) == 0 and not live_jobs(slurm), 300, "0 jobs")
+        t3 = wait_until(lambda: workers(client) == 0 and not view.live_jobs(), 300, "0 jobs")
         return {"adapt_first": t1 - t0, "adapt_burst": t2 - t0, "adapt_idle": t3 - t2}
     finally:
         client.close()
         cluster.close()
 
 
-def live_jobs(slurm: SlurmCluster) -> list[tuple[str, str, str]]:
-    return [j for j in slurm.jobs() if j[1] in ("PENDING", "RUNNING", "CONFIGURING")]
-
-
-def start_stop_loop(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, Any]:
+def start_stop_loop(flavor: str, view: View, tmp: Path) -> dict[str, Any]:
     """distributed#7019's settings (adapt every 100 ms, wait_count 1, 2 workers per job) and a
     load whose target is an odd number of workers (25 tasks of 1 s: 3 workers for Dask)."""
     from distributed import wait
@@ -294,18 +266,18 @@ def start_stop_loop(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, An
         cluster.close()
 
 
-def across_walltimes(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, Any]:
+def across_walltimes(flavor: str, view: View, tmp: Path) -> dict[str, Any]:
     import dask.array as da
     import numpy as np
     from distributed import wait
 
     cluster = make(flavor, tmp, walltime="00:01:00", lifetime=True, per_job=1)
-    if flavor == "dask-hpc":
+    if flavor != "dask-jobqueue":
         cluster.scale(jobs=2)
     else:
         cluster.adapt(minimum_jobs=2, maximum_jobs=2)
     client = cluster.get_client()
-    before = all_job_ids(slurm)
+    before = set(view.states())
     done = "no"
     fewest = 2
     try:
@@ -326,24 +298,10 @@ def across_walltimes(flavor: str, slurm: SlurmCluster, tmp: Path) -> dict[str, A
         lost = 0 if done.startswith("yes") else "?"
         return {"wall_done": done, "wall_fewest": fewest,
                 "wall_recomputed": f"{recomputed(cluster.scheduler)} / {lost}",
-                **killed(slurm, before)}
+                **killed(view, before)}
     finally:
         client.close()
         cluster.close()
-
-
-def all_job_ids(slurm: SlurmCluster) -> set[str]:
-    res = slurm.run(["squeue", "-h", "-t", "all", "-o", "%i"], timeout=10)
-    return set(res.stdout.split())
-
-
-def killed(slurm: SlurmCluster, before: set[str]) -> dict[str, str]:
-    """Of the jobs this run submitted: killed at their walltime / ended."""
-    res = slurm.run(["squeue", "-h", "-t", "all", "-o", "%i %T"], timeout=10)
-    states = [line.split()[1] for line in res.stdout.splitlines()
-              if line.split()[0] not in before]
-    ended = [s for s in states if s not in ("PENDING", "RUNNING")]
-    return {"wall_killed": f"{sum(1 for s in ended if s == 'TIMEOUT')} / {len(ended)}"}
 
 
 def fmt(values: list[Any]) -> str:
@@ -361,11 +319,11 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=2, help="jobs for scale(jobs=N)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--walltime", action="store_true", help="also the 3.5-minute runs")
-    parser.add_argument("--only", choices=FLAVORS, help="one of the two")
+    parser.add_argument("--only", choices=FLAVORS, nargs="+", help="some of them")
     parser.add_argument("--steps", default="scale,adapt,loop",
                         help="of scale,adapt,loop,walltime (default: all but walltime)")
     args = parser.parse_args()
-    flavors = [args.only] if args.only else list(FLAVORS)
+    flavors = list(args.only or FLAVORS)
     os.environ["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH", "")) if p
     )
@@ -374,14 +332,20 @@ def main() -> int:
         slurm = SlurmCluster(Path(tmpdir) / "slurm", nodes=3, cpus=16)
         slurm.start()
         os.environ.update(slurm.env)
+        flux = None
+        if "dask-hpc-flux" in flavors:
+            flux = FluxInstance(Path(tmpdir) / "flux", size=3).start()
+            os.environ.update(flux.env)  # FLUX_URI, flux on PATH (the Slurm flavors name theirs)
+        views = {f: flux_view(flux) if f == "dask-hpc-flux" else slurm_view(slurm)
+                 for f in flavors}
         load = os.getloadavg()[0]
         try:
             chosen = set(args.steps.split(",")) | ({"walltime"} if args.walltime else set())
             every = {
-                "scale": lambda f, t: scale_and_down(f, slurm, t, args.jobs),
-                "adapt": lambda f, t: adapt_burst(f, slurm, t),
-                "loop": lambda f, t: start_stop_loop(f, slurm, t),
-                "walltime": lambda f, t: across_walltimes(f, slurm, t),
+                "scale": lambda f, t: scale_and_down(f, views[f], t, args.jobs),
+                "adapt": lambda f, t: adapt_burst(f, views[f], t),
+                "loop": lambda f, t: start_stop_loop(f, views[f], t),
+                "walltime": lambda f, t: across_walltimes(f, views[f], t),
             }
             steps = [step for name, step in every.items() if name in chosen]
             for _ in range(args.repeat):
@@ -390,12 +354,14 @@ def main() -> int:
                         tmp = Path(tempfile.mkdtemp(dir=tmpdir))
                         for key, value in step(flavor, tmp).items():
                             results[flavor].setdefault(key, []).append(value)
-                        slurm.cancel_all()
+                        views[flavor].cancel_all()
         finally:
             slurm.stop()
+            if flux:
+                flux.stop()
     load = max(load, os.getloadavg()[0])
-    print(f"\nElastic clusters on a private Slurm (3 nodes), {args.jobs} jobs of "
-          f"{WORKERS_PER_JOB} workers, TLS on; {args.repeat} run(s), median (min-max); "
+    print(f"\nElastic clusters on a private Slurm and a real Flux (3 nodes each), {args.jobs} "
+          f"jobs of {WORKERS_PER_JOB} workers, TLS on; {args.repeat} run(s), median (min-max); "
           f"load average up to {load:.1f} on {os.cpu_count()} CPUs\n")
     header = ["measure", "goal", *flavors]
     print("| " + " | ".join(header) + " |")

@@ -12,7 +12,7 @@ launcher exits. Prints one table with ratios to the hand-written floor, then (is
   CPU 0 (with this process's polling client), one rank joining it pinned to CPU 1 (taskset
   inside the launcher), timed from launch until the scheduler lists its worker. What each rank
   waits for on a node with a core per rank.
-- Goals: mpiexec and srun within 1.1x of the floor and no slower than dask-mpi; local mode
+- Goals: mpiexec, srun and flux within 1.1x of the floor and no slower than dask-mpi; local mode
   within 1.1x of the floor for 1 worker; shutdown under 0.5 s.
 
     python benchmarks/startup.py [--repeat 3] [--workers 1 4 8 16]
@@ -27,6 +27,9 @@ Methods:
   local-no-nanny  start-cluster cpu N --no-nanny (plain workers forked from the rank), TLS on
   mpiexec         mpiexec.openmpi -n N start-cluster cpu N (one worker per rank), TLS on
   srun            srun -n N start-cluster cpu N on a single-host Slurm (tests/harness), TLS on
+  flux            flux run -n N start-cluster cpu N in a one-broker Flux instance (flux-core
+                  0.88, tests/harness/flux.py; 32 cores in its resource set, -o
+                  cpu-affinity=off as Slurm's task/none), TLS on
   dask-mpi        mpiexec.openmpi -n N+2 python script using dask_mpi.initialize(), waiting for
                   N workers (needs `pip install dask-mpi mpi4py`); for the chain, one
                   `dask-mpi --no-scheduler --worker-class distributed.Worker` rank (initialize's
@@ -50,6 +53,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
+from harness.flux import FluxInstance  # noqa: E402
 from harness.mpi import openmpi  # noqa: E402
 from harness.procs import MPI_LOOPBACK_ENV  # noqa: E402
 from harness.slurm import SlurmCluster  # noqa: E402
@@ -155,7 +159,7 @@ def worker_rank_cpu(method: str, records: list[dict]) -> list[float]:
         return [r["cpu"] for r in records if r["label"] == "worker"]
     if method == "dask-mpi":  # rank 0: the scheduler, rank 1: the client
         return [r["cpu"] for r in records if r["rank"] not in ("0", "1")]
-    if method in ("mpiexec", "srun"):
+    if method in ("mpiexec", "srun", "flux"):
         return [r["cpu"] for r in records if r["rank"] != "0"]
     return []  # local: one rank, with the scheduler
 
@@ -228,6 +232,7 @@ class Chain:
             "local": cluster,
             "mpiexec": [*openmpi(1), *cluster],
             "srun": ["srun", "-n", "1", *cluster],
+            "flux": ["flux", "run", "-n", "1", "-o", "cpu-affinity=off", *cluster],
             "dask-mpi": [*openmpi(1), *pin, dask_mpi, "--no-scheduler", "--scheduler-file"]
             + [str(self.sched_file), "--worker-class", "distributed.Worker", "--nthreads", "1"]
             + ["--interface", "lo", "--local-directory", local],
@@ -286,6 +291,7 @@ def main() -> int:
             "local-no-nanny",
             "mpiexec",
             "srun",
+            "flux",
             "dask-mpi",
         ],
     )
@@ -297,10 +303,12 @@ def main() -> int:
         "DASK_HPC__SCHEDULER_DIRECTORY": str(tmp / "s"),
         "PYTHONUNBUFFERED": "1",
     }
-    slurm = None
+    slurm = flux = None
     if "srun" in opts.methods:
         slurm = SlurmCluster(tmp / "slurm", nodes=1, cpus=32)
         slurm.start()
+    if "flux" in opts.methods:
+        flux = FluxInstance(tmp / "flux", size=1, cores=32).start()
     stamp = tmp / "stamp"
     cpu_dir = tmp / "cpu"
     wrap = [*CPU_TREE, str(cpu_dir), "rank", "--"]
@@ -310,6 +318,7 @@ def main() -> int:
             "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD": "forkserver",
         },
         "srun": {**env, **(slurm.env if slurm else {})},
+        "flux": {**env, **(flux.env if flux else {})},
         "dask-mpi": {**env, "MPI4PY_LIBMPI": "libmpi.so.40"},
     }
     argvs: dict[str, Callable[[int, list[str], Path | None], list[str]]] = {
@@ -321,6 +330,11 @@ def main() -> int:
         "mpiexec": lambda n, w, c: [*openmpi(n), *w, *cluster_cmd(n, stamp, tmp)],
         "srun": lambda n, w, c: [
             *["srun", "-n", str(n), "--kill-on-bad-exit=1"],
+            *w,
+            *cluster_cmd(n, stamp, tmp),
+        ],
+        "flux": lambda n, w, c: [
+            *["flux", "run", "-n", str(n), "-o", "cpu-affinity=off"],
             *w,
             *cluster_cmd(n, stamp, tmp),
         ],
@@ -380,6 +394,8 @@ def main() -> int:
     finally:
         if slurm:
             slurm.stop()
+        if flux:
+            flux.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print_tables(opts, results, cpu, chain, load_seen)
     return 0
@@ -450,7 +466,7 @@ def print_goals(
 ) -> None:
     """Issue 23's goals against what was measured (where both sides ran)."""
     rows = []
-    for method in ("mpiexec", "srun"):
+    for method in ("mpiexec", "srun", "flux"):
         for n in sizes:
             if (method, n) not in results:
                 continue
@@ -482,7 +498,7 @@ def print_goals(
         rows.append(
             (f"local, {one} worker(s), vs the floor", f"{ratio:.2f}x", "<= 1.1x", ratio <= 1.1)
         )
-    for method in ("local", "mpiexec", "srun"):
+    for method in ("local", "mpiexec", "srun", "flux"):
         for n in sizes:
             if (method, n) in results:
                 down = results[method, n][1]

@@ -19,7 +19,7 @@ def cluster_env(tagged_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
     # No GPU here: dask-cuda's own switch for device-less tests (no NVML, no device memory).
     env["DASK_CUDA_TEST_DISABLE_DEVICE_SPECIFIC"] = "1"
     # Neither a launcher's nor an ssh session's (which decides whether the tunnel is printed).
-    drop = ("SLURM_", "OMPI_COMM", "PMI_", "PALS_", "JSM_", "SSH_")
+    drop = ("SLURM_", "OMPI_COMM", "PMI_", "PALS_", "JSM_", "FLUX_", "SSH_")
     for var in [v for v in env if v.startswith(drop)]:
         del env[var]
     return env

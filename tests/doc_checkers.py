@@ -13,7 +13,8 @@ import tomllib
 from doc_commands import REPO, SUBMIT, Command, PageRun, redirects, run
 from doc_launch import plan_line
 
-SITES = ("aurora", "polaris", "sophia", "perlmutter", "frontier", "deepops", "summit", "thetagpu")
+SITES = ("aurora", "polaris", "sophia", "perlmutter", "frontier", "elcapitan", "deepops", "summit",
+         "thetagpu")
 LAUNCHERS = ("srun", "mpiexec", "mpirun", "jsrun", "start-cluster")
 
 
@@ -58,10 +59,23 @@ def submit(argv: list[str], command: Command, page: PageRun) -> str:
         page.allocation = argv
         return launch(wrapped.split(), command, page)
     script = stdin if argv[0] == "bsub" else argv[-1]
+    kind = "flux batch" if argv[0] == "flux" else argv[0]
     text = page.files.get(script or "")
     assert text is not None, f"{script} was written by no command before it on the page"
-    assert text.split("\n", 2)[1].startswith(SUBMIT[argv[0]]), f"{script} is not a {argv[0]} job"
-    return f"submits {script}, a {argv[0]} job script the page wrote"
+    assert text.split("\n", 2)[1].startswith(SUBMIT[argv[0]]), f"{script} is not a {kind} job"
+    return f"submits {script}, a {kind} job script the page wrote"
+
+
+def flux(argv: list[str], command: Command, page: PageRun) -> str:
+    """flux run (a launcher), flux batch (a submission), flux alloc (an allocation)."""
+    if argv[1] == "run":
+        return launch(argv, command, page)
+    if argv[1] == "batch":
+        return submit(argv, command, page)
+    if argv[1] == "alloc":
+        page.allocation = argv
+        return "the allocation of the flux run lines after it"
+    raise AssertionError(f"flux {argv[1]}: no checker for it")
 
 
 def invoke(argv: list[str], command: Command, page: PageRun) -> str:
@@ -189,6 +203,7 @@ CHECKERS = {
     **dict.fromkeys(LAUNCHERS, launch),
     "salloc": salloc,
     **dict.fromkeys(SUBMIT, submit),
+    "flux": flux,
     "invoke": invoke,
     "hpc-cluster": hpc_cluster,
     "hpc-job": hpc_job,

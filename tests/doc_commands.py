@@ -8,9 +8,10 @@ scratch directory per page holding links to the repository's files (``hpc-job``,
 ``hpc-cluster script``, ``openssl``, ``python3 -m venv``, ``pip wheel``); the others are
 dry-run: ``start-cluster`` under a launcher is planned (``plan.make_plan``, what
 ``--dry-run`` prints) in the environment that launcher gives a rank, its CPU binding and GPUs
-included (EMULATED: srun, PALS, Open MPI, jsrun as their options ask); options are checked
-against the program's own parser (``invoke push``, ``hpc-cluster up``, the benchmarks);
-``qsub``/``sbatch``/``bsub`` must submit a script the page wrote, of their batch system;
+included (EMULATED: srun, PALS, Open MPI, jsrun, flux run as their options ask); options are
+checked against the program's own parser (``invoke push``, ``hpc-cluster up``, the benchmarks);
+``qsub``/``sbatch``/``bsub``/``flux batch`` must submit a script the page wrote, of their batch
+system;
 ``ansible-playbook`` gets ``--syntax-check``; setup scripts ``bash -n``.
 """
 
@@ -24,7 +25,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-SUBMIT = {"qsub": ("#PBS ", "#COBALT "), "sbatch": ("#SBATCH ",), "bsub": ("#BSUB ",)}
+SUBMIT = {
+    "qsub": ("#PBS ", "#COBALT "), "sbatch": ("#SBATCH ",), "bsub": ("#BSUB ",),
+    "flux": ("#FLUX: ",),
+}
 
 
 @dataclass

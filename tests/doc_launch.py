@@ -99,6 +99,26 @@ def rank_environment(launcher: str, argv: Sequence[str], allocation: Sequence[st
         if "--map-by" in opts:
             env["OMPI_MCA_rmaps_base_mapping_policy"] = opts["--map-by"]
         name = "openmpi"
+    elif launcher == "flux":  # flux run: a task's cores and GPUs, as Flux's job shell sets them
+        opts = options(argv[2:])
+        nodes = int(_first(opts, "-N", "--nodes", default="1"))
+        per = int(_first(opts, "--tasks-per-node", default="0"))
+        n = int(_first(opts, "-n", "--ntasks", default=str(nodes * (per or 1))))
+        per = per or n // nodes
+        per_task = {o: f"{o}=per-task" in argv for o in ("cpu-affinity", "gpu-affinity")}
+        cores = int(_first(opts, "-c", "--cores-per-task", default="1"))
+        whole = "--tasks-per-node" in opts or "--exclusive" in opts  # the node's every core
+        cpus = 0 if whole else cores * (1 if per_task["cpu-affinity"] else per)
+        env = {"FLUX_TASK_RANK": "0", "FLUX_TASK_LOCAL_ID": "0", "FLUX_JOB_SIZE": str(n),
+               "FLUX_JOB_NNODES": str(nodes), "FLUX_JOB_ID": "f2X3", "FLUX_JOB_ID_PATH": "/f2X3",
+               "FLUX_URI": "local:///run/flux/local"}
+        name = "flux"
+        task_gpus = int(_first(opts, "-g", "--gpus-per-task", default="0"))
+        # Flux sets CUDA_VISIBLE_DEVICES whatever the vendor: the task's own GPUs (per-task),
+        # else its node's tasks' together; -1 where the job has none.
+        shown = task_gpus if per_task["gpu-affinity"] else task_gpus * per
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, range(shown))) if shown else "-1"
+        gpus = 0
     elif launcher == "jsrun":
         n = int(_first(opts, "--nrs", "-n"))
         per = int(_first(opts, "--rs_per_host", "-r", default="1"))

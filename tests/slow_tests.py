@@ -15,6 +15,8 @@ SLOW_SECONDS = 60.0
 SLOW = {
     "tests/elastic/test_slurm_walltime.py::test_a_computation_outlives_three_walltimes_with_no_key_lost":
         "three jobs of Slurm's shortest walltime, 1 minute, run out one after another (188 s)",
+    "tests/elastic/test_flux_elastic.py::test_a_computation_outlives_two_walltimes_with_no_key_lost":
+        "90-second jobs on a real Flux replaced under 2 minutes of computing (~150 s)",
     "tests/build/test_readme_install.py::test_first_command_on_a_stock_python":
         "the README's first command in Debian 12's and Ubuntu 24.04's own Python: a venv and "
         "Dask installed from nothing (96-119 s each)",

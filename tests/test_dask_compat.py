@@ -2,7 +2,7 @@
 
 What needs Dask's Nanny (restart, restart_workers, retire_workers, NannyPlugins,
 run(nanny=True), a task that ends its worker's process) runs here on a real cluster under
-local mode, Open MPI, MPICH, srun and the EMULATED PALS and jsrun launchers; the launcher's
+local mode, Open MPI, MPICH, srun, Flux and the EMULATED PALS and jsrun launchers; the launcher's
 exit status and the absence of leftovers (the autouse leak check) are asserted each time.
 """
 
@@ -50,18 +50,23 @@ def launches(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, Callab
         prefix = ["srun", "-N", "2", "--ntasks-per-node", "1", "--kill-on-bad-exit=1"]
         return prefix, 1, slurm.env, ["0", "1"]
 
+    def flux() -> tuple:
+        instance = request.getfixturevalue("flux_instance")
+        return ["flux", "run", "-N", "2", "--tasks-per-node", "1"], 1, instance.env, ["0", "1"]
+
     return {
         "local": lambda: ([], 2, {}, ["0-0", "0-1"]),
         "openmpi": lambda: (openmpi(2), 2, {}, ["0", "1"]),
         "mpich": lambda: (mpich(2), 2, {}, ["0", "1"]),
         "srun": srun,
+        "flux": flux,
         "emulated-pals": lambda: (emulated_pals(tmp_path, nodes=2, ppn=1), 1, {}, ["0", "1"]),
         "emulated-jsrun": lambda: (emulated_jsrun(tmp_path, nodes=2, ppn=1), 1, {}, ["0", "1"]),
     }
 
 
 @pytest.mark.parametrize(
-    "launcher", ["local", "openmpi", "mpich", "srun", "emulated-pals", "emulated-jsrun"]
+    "launcher", ["local", "openmpi", "mpich", "srun", "flux", "emulated-pals", "emulated-jsrun"]
 )
 def test_nanny_operations_work_and_the_job_ends_cleanly(
     launcher: str, request: pytest.FixtureRequest, run_cmd, cluster_env, tmp_path: Path

@@ -104,6 +104,7 @@ def test_the_quick_start_has_one_command_per_batch_system() -> None:
     assert {title: len(commands) for title, commands in quick_starts().items()} == {
         "Local (no batch system)": 1,
         "Slurm": 1,
+        "Flux (El Capitan, Tuolumne)": 1,
         "PBS Pro with HPE PALS (Aurora, Polaris)": 1,
         "LSF with jsrun (Summit)": 1,
     }
@@ -133,10 +134,11 @@ def _as_run_here(argv: list[str], tmp_path: Path) -> list[str]:
     [
         ("Local (no batch system)", 2),
         ("Slurm", 4),
+        ("Flux (El Capitan, Tuolumne)", 4),
         ("PBS Pro with HPE PALS (Aurora, Polaris)", 4),
         ("LSF with jsrun (Summit)", 4),
     ],
-    ids=["local", "slurm", "pbs-pals-emulated", "lsf-jsrun-emulated"],
+    ids=["local", "slurm", "flux", "pbs-pals-emulated", "lsf-jsrun-emulated"],
 )
 def test_readme_quick_start_runs(
     title: str,
@@ -150,6 +152,8 @@ def test_readme_quick_start_runs(
     env = dict(cluster_env)
     if command.startswith("srun "):
         env.update(request.getfixturevalue("slurm_cluster").env)
+    if command.startswith("flux "):
+        env.update(request.getfixturevalue("flux_instance").env)
     argv = _as_run_here(shlex.split(command), tmp_path)
     result = run_cmd(argv, env=env, cwd=REPO, timeout=180)
     assert result.returncode == 0, f"{shlex.join(argv)}\n{result.stdout}\n{result.stderr}"

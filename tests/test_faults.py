@@ -1,4 +1,5 @@
-"""Faults under real launchers (Open MPI, MPICH hydra, Slurm srun): nothing may be left running.
+"""Faults under real launchers (Open MPI, MPICH hydra, Slurm srun, Flux flux run): nothing may be
+left running.
 
 Each test injects one fault into a real cluster, then waits (bounded) for the launcher to exit
 and for every process of the test to be gone; the autouse leak check asserts it again. With
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import sys
@@ -22,6 +24,7 @@ import psutil
 import pytest
 from harness import mpi
 from harness.emulate import emulated_pals
+from harness.flux import flux_command
 from harness.procs import run_cmd, tagged_pids
 from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
@@ -32,7 +35,7 @@ from dask_hpc import roster
 FAULTY = Path(__file__).resolve().parent / "jobs" / "faulty.py"
 DEATH_TIMEOUT = 5
 OPTS = ["--interface", "lo", "--dashboard-address", "127.0.0.1:0"]
-LAUNCHERS = ["openmpi", "mpich", "srun"]
+LAUNCHERS = ["openmpi", "mpich", "srun", "flux"]
 
 
 @dataclass
@@ -51,6 +54,11 @@ class Launch:
 
     def mpmd(self, ranks: list[list[str]], workdir: Path) -> list[str]:
         """One program per rank (rank r runs ``ranks[r]``): a rank that never starts."""
+        if self.name == "flux":  # no MPMD in flux run: each task picks its line by its rank
+            script = workdir / "by-rank.sh"
+            cases = "".join(f"  {r}) exec {shlex.join(argv)} ;;\n" for r, argv in enumerate(ranks))
+            script.write_text(f'case "$FLUX_TASK_RANK" in\n{cases}esac\n')
+            return [*self.prefix, "sh", str(script)]
         if self.name == "srun":
             conf = workdir / "multi-prog.conf"
             conf.write_text("".join(f"{r} {' '.join(argv)}\n" for r, argv in enumerate(ranks)))
@@ -75,6 +83,10 @@ def launch(request: pytest.FixtureRequest, cluster_env: dict[str, str]) -> Calla
             return Launch(name, mpi.openmpi(2), 2, dict(cluster_env))
         if name == "mpich":
             return Launch(name, mpi.mpich(2), 2, dict(cluster_env))
+        if name == "flux":  # the session's Flux instance, started when a test needs it
+            flux = request.getfixturevalue("flux_instance")
+            prefix = ["flux", "run", "-N", "2", "--tasks-per-node", "1"]
+            return Launch(name, prefix, 1, {**cluster_env, **flux.env})
         slurm = request.getfixturevalue("slurm_cluster")  # started only when a test needs it
         prefix = ["srun", "-N", "2", "--ntasks-per-node", "1"]
         return Launch(name, prefix, 1, {**cluster_env, **slurm.env})
@@ -168,6 +180,7 @@ def test_scheduler_rank_killed_every_rank_exits_nonzero(
             "openmpi": "killed by Open MPI",
             "mpich": "'rank 0 is gone' and/or hydra's cleanup (BAD TERMINATION)",
             "srun": "'rank 0 is gone', exit 4",
+            "flux": "'rank 0 is gone', exit 4",
         }[name],
     )
 
@@ -189,7 +202,7 @@ def test_sigterm_to_launcher_shuts_down_gracefully(
     if name == "srun":  # srun kills its tasks (SIGKILL); their children die with them
         assert "srun: forcing job termination" in run.stderr, run.output()
         outcome = f"exit {code}: srun SIGKILLs the tasks, their children die with them"
-    else:  # mpiexec forwards SIGTERM to every rank
+    else:  # mpiexec and flux run forward SIGTERM to every rank
         assert "received signal 15: shutting down" in run.stderr, run.output()
         outcome = f"exit {code}: forwarded to the ranks, graceful shutdown"
     assert "did not stop in time" not in run.stderr
@@ -309,7 +322,7 @@ def test_stale_scheduler_file_and_certificates_are_never_used(
     )
 
 
-@pytest.mark.parametrize("name", ["mpich", "srun"])
+@pytest.mark.parametrize("name", ["mpich", "srun", "flux"])
 def test_two_clusters_at_once_in_one_directory_are_isolated(
     name: str, launch: Callable[[str], Launch], tmp_path: Path
 ) -> None:
@@ -361,6 +374,7 @@ def test_a_rank_that_never_starts_is_named_after_the_timeout(
 def test_launchers_are_installed() -> None:
     for prog in ("mpiexec.openmpi", "mpiexec.mpich", "srun"):
         assert shutil.which(prog), f"{prog} is missing: run tests/setup/install.sh"
+    flux_command()  # on PATH, or built by tests/setup/flux.sh; else it fails saying so
 
 
 def _listener_on(port: int, parent: int) -> int:
@@ -459,6 +473,9 @@ KEEP_RANKS = {
                                                 hydra_args=["-disable-auto-cleanup"]), 1, 9),
     "srun": (lambda tmp: ["srun", "-N", "2", "--ntasks-per-node", "2", "--no-kill",
                           "--kill-on-bad-exit=0"], 2, 137),
+    # exit-timeout=none: Flux ends a job 30 s after its first task exits, unless told not to.
+    "flux": (lambda tmp: ["flux", "run", "-N", "3", "--tasks-per-node", "1",
+                          "-o", "exit-timeout=none"], 1, 137),
 }
 
 
@@ -490,8 +507,9 @@ def start_keeping_ranks(
     when one is lost, running ``command``."""
     build, wpn, _ = KEEP_RANKS[name]
     env = dict(env)
-    if name == "srun":
-        env.update(request.getfixturevalue("slurm_cluster").env)
+    if name in ("srun", "flux"):
+        fixture = {"srun": "slurm_cluster", "flux": "flux_instance"}[name]
+        env.update(request.getfixturevalue(fixture).env)
     argv = [*build(tmp_path), *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "60"]
     argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", *command]
     return Background(argv, env, tmp_path)

@@ -7,6 +7,7 @@ start-cluster tests can rely on the harness.
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -316,3 +317,26 @@ def test_private_cluster_up_and_down(tmp_path: Path, test_tag: str) -> None:
             environ = Path(f"/proc/{pid}/environ").read_bytes()
             assert TAG_VAR.encode() not in environ
     assert not any(pid_alive(p) for p in pids)
+
+
+# ------------------------------------------------------------------ a real Flux instance
+def test_flux_instance_up_and_down_leaves_nothing(tmp_path: Path, test_tag: str) -> None:
+    """Three brokers as three nodes; their tasks carry the environment flux run was given,
+    the brokers not the test's tag; stopped, no broker, shell or task of it is left, and a
+    job left running is ended with the instance."""
+    from harness.flux import FluxInstance
+
+    with FluxInstance(tmp_path / "flux", size=3) as flux:
+        brokers = flux.broker_pids()
+        assert sorted(brokers) == [0, 1, 2]
+        res = flux.command(["run", "-N3", "--tasks-per-node=1", "sh", "-c",
+                            f'echo "$FLUX_TASK_RANK $FLUX_JOB_SIZE ${TAG_VAR}"'],
+                           env={**os.environ, TAG_VAR: test_tag}).check()
+        assert sorted(res.stdout.split("\n")[:-1]) == [f"{r} 3 {test_tag}" for r in range(3)]
+        for pid in brokers.values():  # brokers are not test processes
+            assert TAG_VAR.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+        running = flux.command(["submit", "sleep", "300"]).check().stdout.strip()
+        assert flux.active_jobs() == [str(flux.job(running)["id"])]
+        start = flux.proc.pid
+    assert not any(pid_alive(p) for p in [start, *brokers.values()])
+    assert not (tmp_path / "flux").exists()  # its run directory went with it

@@ -190,3 +190,109 @@ def test_inconsistent_ranks_are_rejected() -> None:
 def test_mpich_without_pmi_socket_or_job_cannot_be_identified() -> None:
     with pytest.raises(UsageError, match="nothing in the environment identifies this launch"):
         detect(HYDRA_RANK)
+
+
+# A task of `flux run -N3 --tasks-per-node=1` (flux-core 0.88.0, measured: tests/setup/flux.sh),
+# the variables of Flux's job shell and its pmi and gpu-affinity plugins, less paths.
+FLUX_TASK_2_OF_3 = {
+    "FLUX_JOB_ID": "ƒUXhfWP",
+    "FLUX_JOB_ID_PATH": "/ƒUXhfWP",
+    "FLUX_JOB_NNODES": "3",
+    "FLUX_JOB_SIZE": "3",
+    "FLUX_JOB_TMPDIR": "/tmp/flux-H5nafn/jobtmp-2-ƒUXhfWP",
+    "FLUX_KVS_NAMESPACE": "job-18069061632",
+    "FLUX_TASK_LOCAL_ID": "0",
+    "FLUX_TASK_RANK": "2",
+    "FLUX_URI": "local:///tmp/flux-H5nafn/local-2",
+    "PMI_FD": "18",
+    "PMI_RANK": "2",
+    "PMI_SIZE": "3",
+    "CUDA_VISIBLE_DEVICES": "-1",
+    "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+}
+
+
+def test_flux_run_task() -> None:
+    info = detect(FLUX_TASK_2_OF_3)
+    assert (info.launcher, info.rank, info.local_rank, info.size, info.local_size) == (
+        "flux", 2, 0, 3, 1
+    )
+    # Job-scoped by its place among Flux instances; F58's "ƒ" as ASCII.
+    assert info.launch_id == "fUXhfWP" and info.job_id == "ƒUXhfWP"
+
+
+def test_flux_nested_job_is_named_by_its_path() -> None:
+    env = {**FLUX_TASK_2_OF_3, "FLUX_JOB_ID": "ƒ2b", "FLUX_JOB_ID_PATH": "/ƒD2e73NP/ƒ2b"}
+    assert detect(env).launch_id == "fD2e73NP_f2b"
+
+
+@pytest.mark.parametrize(
+    ("taskmap", "rank", "expected"),
+    [
+        ('{"version":1,"map":[[0,2,2,1],[2,1,1,1]]}', "4", (2, 1)),  # flux run -N3 -n5
+        ('{"version":1,"map":[[0,2,2,1],[2,1,1,1]]}', "1", (0, 2)),
+        ('{"version":1,"map":[[0,2,1,3]]}', "3", (1, 3)),  # --taskmap=cyclic, 6 on 2
+        ("not json", "0", (None, 1)),  # then the job's size over its nodes
+    ],
+)
+def test_flux_task_map_gives_node_and_tasks_on_it(taskmap, rank, expected) -> None:
+    env = {**FLUX_TASK_2_OF_3, "FLUX_TASK_RANK": rank}
+    assert launchers.flux_placement(env, taskmap) == expected
+
+
+def test_flux_uneven_tasks_without_pmi_is_a_clear_error() -> None:
+    env = {**FLUX_TASK_2_OF_3, "FLUX_JOB_SIZE": "5"}  # 5 tasks on 3 nodes, no PMI socket here
+    with pytest.raises(UsageError, match="launcher flux: cannot tell how many tasks run"):
+        detect(env)
+
+
+def test_flux_started_by_srun_is_flux_not_slurm() -> None:
+    """`srun -N2 flux start`: Flux's jobs inherit the first broker's SLURM_PROCID=0."""
+    assert detect({**SRUN_TASK_1_OF_2, **FLUX_TASK_2_OF_3}).launcher == "flux"
+
+
+def test_flux_started_by_pals_mpiexec_is_flux_not_pals() -> None:
+    """`mpiexec -n 3 --ppn 1 flux start` under PBS: Flux's jobs inherit the first broker's
+    PALS variables; Flux sets PMI_RANK/PMI_SIZE anew."""
+    pals_rank_0 = {
+        "PBS_JOBID": "4242.aurora-pbs",
+        "PALS_RANKID": "0",
+        "PALS_LOCAL_RANKID": "0",
+        "PALS_NODEID": "0",
+        "PALS_APID": "b2c4",
+        "PMI_LOCAL_RANK": "0",
+        "PMI_LOCAL_SIZE": "1",
+    }
+    info = detect({**pals_rank_0, **FLUX_TASK_2_OF_3})
+    assert (info.launcher, info.rank, info.size) == ("flux", 2, 3)
+
+
+# What a `flux batch` script sees (measured): the batch job is a Flux instance whose first broker
+# runs the script, with none of a task's variables.
+FLUX_BATCH_SCRIPT = {
+    "FLUX_ENCLOSING_ID": "fwAWm9h",
+    "FLUX_URI": "local:///tmp/flux-L4hIBW/local-0",
+    "FLUX_TERMINUS_SESSION": "0",
+    "CUDA_VISIBLE_DEVICES": "-1",
+}
+
+
+def test_mpiexec_inside_a_flux_batch_script_is_mpich_scoped_by_the_batch_job() -> None:
+    hydra = {k: v for k, v in HYDRA_RANK.items() if k != "PMI_FD"}
+    info = detect({**FLUX_BATCH_SCRIPT, **hydra})
+    assert (info.launcher, info.rank, info.local_rank, info.size) == ("mpich", 6, 2, 8)
+    assert info.launch_id == "fwAWm9h"
+
+
+def test_mpiexec_inside_a_flux_job_of_one_task_is_mpich() -> None:
+    """`flux run -n1 mpiexec ...`: the one task's variables reach every MPI rank."""
+    one_task = {**FLUX_TASK_2_OF_3, "FLUX_TASK_RANK": "0", "FLUX_JOB_SIZE": "1",
+                "FLUX_JOB_NNODES": "1", "PMI_RANK": "0", "PMI_SIZE": "1"}
+    hydra = {k: v for k, v in HYDRA_RANK.items() if k != "PMI_FD"}
+    info = detect({**one_task, **hydra})
+    assert (info.launcher, info.rank, info.size) == ("mpich", 6, 8)
+
+
+def test_flux_override_without_its_variables_is_a_clear_error() -> None:
+    with pytest.raises(UsageError, match="launcher flux: rank variable FLUX_TASK_RANK is missing"):
+        detect({}, "flux")

@@ -20,6 +20,7 @@ DETECTED = {
     "polaris": ({}, "x3004c0s7b0n0"),
     "perlmutter": ({"NERSC_HOST": "perlmutter"}, "nid001234"),
     "frontier": ({"LMOD_SYSTEM_NAME": "frontier"}, "frontier01234"),
+    "elcapitan": ({}, "elcap1027"),
 }
 
 
@@ -32,6 +33,7 @@ def test_the_expected_profiles_ship() -> None:
         "polaris",
         "perlmutter",
         "frontier",
+        "elcapitan",
         "deepops",
         "generic",
     }
@@ -55,6 +57,15 @@ def test_sophia_is_pbs_with_open_mpi_and_eight_a100() -> None:
 
 def test_retired_sites_stay_and_say_so() -> None:
     assert {s.name for s in all_sites().values() if s.retired} == {"summit", "thetagpu"}
+
+
+def test_el_capitans_siblings_are_el_capitan() -> None:
+    """Tuolumne and RZAdams: the same node (4 MI300A), the same Flux."""
+    assert {detect_site({}, h).name for h in ("tuolumne1002", "rzadams1004")} == {"elcapitan"}
+    site = load_site("elcapitan")
+    assert (site.batch_system, site.launcher, site.gpu_vendor, site.gpu_count) == (
+        "flux", "flux", "amd", 4
+    )
 
 
 def test_unknown_machine_is_generic() -> None:

@@ -19,7 +19,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from . import children, nanny_host, private, roster, security
+from . import children, flux_job, nanny_host, private, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, write_scheduler_file
 from .errors import StartupError, UsageError, say
@@ -65,6 +65,7 @@ class FirstRank(Rank):
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
         self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roll_call = RollCall(plan)
+        self.flux_request: subprocess.Popen[bytes] | None = None
 
     @property
     def roster(self) -> roster.Roster | None:
@@ -108,6 +109,8 @@ class FirstRank(Rank):
         self.sup.add(spec, pid)
         os.close(events_w)
         os.close(settings_r)
+        if plan.rank.launcher == "flux" and not plan.abort_on_node_loss:
+            self.flux_request = flux_job.keep_on_node_loss(os.environ, plan.rank.node)
         try:
             tls = self.prepare_directory()
         except (OSError, UsageError) as error:
@@ -208,6 +211,8 @@ class FirstRank(Rank):
                 return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
             missing = self.roll_call.missing_message(self.workers)
             return self._abort(self._startup_failure() or missing)
+        flux_job.finish(self.flux_request)  # sent at start: done long before this
+        self.flux_request = None
         jupyter_port = None
         if plan.jupyter:
             from .jupyter import start_jupyter
@@ -311,7 +316,7 @@ class FirstRank(Rank):
         return status
 
     def _cleanup(self) -> None:
-        for proc in (self.jupyter, self.command):
+        for proc in (self.jupyter, self.command, self.flux_request):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:

@@ -1,4 +1,10 @@
-"""GPU devices of a node and one device per worker, for NVIDIA, Intel and AMD."""
+"""GPU devices of a node and one device per worker, for NVIDIA, Intel and AMD.
+
+A launcher may have narrowed a rank's devices already. AMD's are narrowed in ROCm's own
+variable (``ROCR_VISIBLE_DEVICES``, Slurm's and mpibind's) or in the ones its HIP runtime also
+reads: Flux's job shell sets ``CUDA_VISIBLE_DEVICES`` whatever the vendor (flux-core 0.88's
+gpu-affinity plugin; HIP honours it on AMD GPUs), ``-1`` where the job was given none.
+"""
 
 from __future__ import annotations
 
@@ -16,12 +22,16 @@ class Vendor:
     name: str
     visible_var: str
     runtime: str
+    # Variables the runtime also narrows its devices by, below visible_var's (HIP: indices
+    # into the devices ROCr shows); read where visible_var is unset.
+    also_visible: tuple[str, ...] = ()
 
 
 VENDORS: dict[str, Vendor] = {
     "nvidia": Vendor("nvidia", "CUDA_VISIBLE_DEVICES", "CUDA"),
     "intel": Vendor("intel", "ZE_AFFINITY_MASK", "Level Zero"),
-    "amd": Vendor("amd", "ROCR_VISIBLE_DEVICES", "ROCm"),
+    "amd": Vendor("amd", "ROCR_VISIBLE_DEVICES", "ROCm", ("HIP_VISIBLE_DEVICES",
+                                                         "CUDA_VISIBLE_DEVICES")),
 }
 
 
@@ -35,6 +45,7 @@ class GpuNode:
     source: str  # "environment", "hardware" or "site profile"
     tiles: int  # tiles per device (Intel Max: 2); FLAT hierarchy exposes each tile
     extra_env: Mapping[str, str]  # settings for every worker of the node
+    visible_var: str = ""  # the variable the launcher narrowed the devices in, if it did
 
     def capacity_hint(self) -> str:
         """How many GPU workers per node fit, as advice."""
@@ -84,12 +95,13 @@ def probe_vendor(root: Path = Path("/")) -> str | None:
     return None
 
 
-def _visible(env: Mapping[str, str], vendor: Vendor) -> tuple[str, ...] | None:
-    raw = env.get(vendor.visible_var)
-    if raw is None:
-        return None
-    devices = tuple(d.strip() for d in raw.split(",") if d.strip())
-    return devices
+def _visible(env: Mapping[str, str], vendor: Vendor) -> tuple[str, tuple[str, ...]] | None:
+    """(the variable, its devices) of the first of the vendor's variables that is set."""
+    for var in (vendor.visible_var, *vendor.also_visible):
+        raw = env.get(var)
+        if raw is not None:
+            return var, tuple(d.strip() for d in raw.split(",") if d.strip())
+    return None
 
 
 def gpu_node(
@@ -112,14 +124,21 @@ def gpu_node(
         )
     vendor = VENDORS[vendor_name]
     extra: dict[str, str] = {}
-    visible = _visible(env, vendor)
-    if visible is not None:
+    found = _visible(env, vendor)
+    if found is not None:
+        var, visible = found
         if not visible:
             raise UsageError(
-                f"{vendor.visible_var} is set but empty: this rank may use no GPU",
-                f"unset {vendor.visible_var} or give the rank a device",
+                f"{var} is set but empty: this rank may use no GPU",
+                f"unset {var} or give the rank a device",
             )
-        return GpuNode(vendor, visible, True, "environment", 1, extra)
+        if any(d.startswith("-") for d in visible):  # Flux's -1: the job has no GPU here
+            raise UsageError(
+                f"the launcher gave this rank no GPU ({var}={','.join(visible)})",
+                "ask it for one per gpu worker (flux run --gpus-per-task=1, "
+                "srun --gpus-per-task=1)",
+            )
+        return GpuNode(vendor, visible, True, "environment", 1, extra, var)
     count = probe_count(vendor_name, root)
     source = "hardware"
     if not count and profile_count:
@@ -147,4 +166,9 @@ def worker_gpu_env(node: GpuNode, index: int, workers_here: int) -> dict[str, st
     """
     if node.narrowed and len(node.devices) == 1 and workers_here == 1:
         return dict(node.extra_env)  # the launcher already gave this rank its one device
-    return {**node.extra_env, node.vendor.visible_var: node.devices[index]}
+    pinned = {**node.extra_env, node.vendor.visible_var: node.devices[index]}
+    if node.visible_var in node.vendor.also_visible:
+        # Narrowed in a variable below ROCr's (Flux's CUDA_VISIBLE_DEVICES=0,1,2,3): the
+        # worker's one device is index 0 of what ROCR_VISIBLE_DEVICES leaves it.
+        pinned.update({var: "0" for var in node.vendor.also_visible})
+    return pinned

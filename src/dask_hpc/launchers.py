@@ -2,12 +2,17 @@
 
 Launchers are data: each row names the environment variables that give the global rank,
 the local rank, the world size and the local size. Detection checks the MPI-style launchers
-before Slurm, because an ``mpiexec`` inside an ``sbatch`` script hands ``SLURM_PROCID=0`` to
-every rank (see the launchers notes).
+before Flux and Slurm, because an ``mpiexec`` inside an ``sbatch`` script hands
+``SLURM_PROCID=0`` to every rank, and one inside a Flux job of one task (``flux run -n1
+mpiexec ...``) ``FLUX_TASK_RANK=0`` (see the launchers notes; a ``flux batch`` script has no
+task variables, measured); and Flux before Slurm, because Flux started by ``srun`` hands its
+jobs the ``SLURM_PROCID`` of its first broker. A Flux task of a job of several tasks is Flux's
+whatever else it inherited (Flux started by PALS's ``mpiexec`` hands them ``PALS_RANKID=0``).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -89,6 +94,20 @@ LAUNCHERS: tuple[Launcher, ...] = (
         cpu_fix="mpiexec without -bind-to, or -bind-to core:{n}",
     ),
     Launcher(
+        "flux",
+        "Flux flux run (El Capitan, Tuolumne; Flux inside Slurm or PBS)",
+        "FLUX_TASK_RANK",
+        rank=("FLUX_TASK_RANK",),
+        local_rank=("FLUX_TASK_LOCAL_ID",),
+        size=("FLUX_JOB_SIZE",),
+        local_size=(),  # from Flux's PMI (flux.taskmap), see flux_placement
+        # The job's place in the hierarchy of Flux instances: ids repeat across batch jobs.
+        launch_ids=("FLUX_JOB_ID_PATH",),
+        # A task's CPUs are its allocation (cpu-affinity=on, the default: the cores Flux gave
+        # its node's tasks), as under Slurm: never widened, asked for.
+        cpu_fix="flux run --cores-per-task={n}, or -N NODES --tasks-per-node=1 (whole nodes)",
+    ),
+    Launcher(
         "slurm",
         "Slurm srun",
         "SLURM_PROCID",
@@ -104,7 +123,10 @@ LAUNCHERS: tuple[Launcher, ...] = (
     ),
 )
 NONE = Launcher("none", "no launcher: one process on this machine", "", (), (), (), ())
-BATCH_JOB_IDS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "COBALT_JOBID")
+# Flux: a task's own job, else (an mpiexec in a flux batch script) the batch job around it.
+BATCH_JOB_IDS = (
+    "SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "COBALT_JOBID", "FLUX_JOB_ID", "FLUX_ENCLOSING_ID"
+)
 
 
 @dataclass(frozen=True)
@@ -118,6 +140,7 @@ class RankInfo:
     local_size: int
     launch_id: str
     job_id: str | None
+    node: int | None = None  # the launcher's index of this rank's node, where it says (Flux)
 
     @property
     def is_first(self) -> bool:
@@ -161,6 +184,38 @@ def slurm_local_size(env: Mapping[str, str]) -> int | None:
     return counts[index] if index < len(counts) else None
 
 
+def flux_placement(env: Mapping[str, str], taskmap: str | None) -> tuple[int | None, int | None]:
+    """(node, tasks of the job on it) of this Flux task: from Flux's task map (RFC 34,
+    ``flux.taskmap`` from its PMI: ``{"version":1,"map":[[node,nodes,per_node,repeat],...]}``,
+    blocks of tasks in rank order), else (None, the job's size over its nodes) when the tasks
+    divide evenly among them; None where neither says."""
+    rank = env.get("FLUX_TASK_RANK", "")
+    if taskmap and rank.isdigit():
+        counts: dict[int, int] = {}
+        mine, task = None, 0
+        try:
+            for first, nodes, per_node, repeat in json.loads(taskmap)["map"]:
+                for node in [n for _ in range(repeat) for n in range(first, first + nodes)]:
+                    counts[node] = counts.get(node, 0) + per_node
+                    if task <= int(rank) < task + per_node:
+                        mine = node
+                    task += per_node
+        except (ValueError, KeyError, TypeError):
+            mine = None
+        if mine is not None:
+            return mine, counts[mine]
+    size, nodes = env.get("FLUX_JOB_SIZE", ""), env.get("FLUX_JOB_NNODES", "")
+    if size.isdigit() and nodes.isdigit() and int(nodes) and int(size) % int(nodes) == 0:
+        return None, int(size) // int(nodes)
+    return None, None
+
+
+def _flux_task_of_many(env: Mapping[str, str]) -> bool:
+    """A task of a Flux job of several tasks: Flux launched it, whatever it inherited."""
+    size = env.get("FLUX_JOB_SIZE", "")
+    return env.get("FLUX_TASK_RANK", "") != "" and size.isdigit() and int(size) > 1
+
+
 def find_launcher(env: Mapping[str, str], override: str | None = None) -> Launcher:
     """The launcher named by ``override``, else the first whose marker is in ``env``."""
     table = {launcher.name: launcher for launcher in (*LAUNCHERS, NONE)}
@@ -168,6 +223,8 @@ def find_launcher(env: Mapping[str, str], override: str | None = None) -> Launch
         if override not in table:
             raise UsageError(f"unknown launcher {override!r}", f"use one of: {', '.join(table)}")
         return table[override]
+    if _flux_task_of_many(env):
+        return table["flux"]
     for launcher in LAUNCHERS:
         # A marker alone is not enough: srun --mpi=cray_shasta sets PALS_RANKID without a
         # local rank, srun --mpi=pmi2 sets PMI_RANK without hydra's MPI_LOCALRANKID.
@@ -190,20 +247,21 @@ def batch_job_id(env: Mapping[str, str]) -> str | None:
 def _launch_id(launcher: Launcher, env: Mapping[str, str], pid: int, host: str) -> str:
     if launcher is NONE:
         return f"local-{host}-{pid}"
-    parts = [env[name] for name in launcher.launch_ids if env.get(name)]
+    parts = [env[name].strip("/") for name in launcher.launch_ids if env.get(name)]
     if launcher.name == "mpich":
         kvs = pmi.kvsname(env)
         if kvs:
             parts.append(kvs)
     job = batch_job_id(env)
-    if job and job not in parts:
+    if job and not any(job in part.split("/") for part in parts):  # Flux: /ƒbatch/ƒjob
         parts.insert(0, job)
     if not parts:
         raise UsageError(
             f"launcher {launcher.name}: nothing in the environment identifies this launch",
             "pass --scheduler-file with a path unique to this run",
         )
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts))[:120]
+    # Flux writes its job ids with a leading "ƒ" (F58): as "f", as with FLUX_F58_FORCE_ASCII.
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "-".join(parts).replace("ƒ", "f"))[:120]
 
 
 def detect(
@@ -216,6 +274,7 @@ def detect(
     rank = _int(env, launcher.rank, launcher, "rank")
     local_rank = _int(env, launcher.local_rank, launcher, "local rank")
     size = _int(env, launcher.size, launcher, "world size")
+    node: int | None = None
     if launcher.name == "slurm":
         local_size = slurm_local_size(env)
         if local_size is None:
@@ -223,6 +282,16 @@ def detect(
                 "launcher slurm: cannot tell how many tasks run on this node "
                 "(SLURM_STEP_TASKS_PER_NODE missing)",
                 "start start-cluster with srun inside an allocation",
+            )
+    elif launcher.name == "flux":
+        taskmap = (pmi.query(env, ["flux.taskmap"]) or {}).get("flux.taskmap")
+        node, local_size = flux_placement(env, taskmap)
+        if local_size is None:
+            raise UsageError(
+                "launcher flux: cannot tell how many tasks run on this node "
+                "(no flux.taskmap from Flux's PMI, and the tasks do not divide evenly)",
+                "run start-cluster with flux run and its default PMI (-o pmi=simple), or "
+                "give every node as many tasks (--tasks-per-node)",
             )
     elif launcher.name == "jsrun" and _first(env, launcher.local_size) is None:
         local_size = 1  # jsrun without Spectrum MPI: one task per resource set
@@ -235,4 +304,6 @@ def detect(
             "check the launcher's environment, or pick another with --launcher",
         )
     launch_id = _launch_id(launcher, env, pid, host)
-    return RankInfo(launcher.name, rank, local_rank, size, local_size, launch_id, batch_job_id(env))
+    return RankInfo(
+        launcher.name, rank, local_rank, size, local_size, launch_id, batch_job_id(env), node
+    )

@@ -17,7 +17,7 @@ from .errors import UsageError
 
 # Every rank reads every profile at start-up: use libyaml where it is there.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "none")
+BATCH_SYSTEMS = ("pbs", "lsf", "cobalt", "slurm", "flux", "none")
 GPU_VENDORS = ("nvidia", "intel", "amd")
 CPU_UNITS = ("threads", "cores")
 GPU_ORDERS = ("local-rank", "reverse")  # reverse: local rank i gets GPU N-1-i (ALCF Polaris)

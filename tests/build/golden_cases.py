@@ -3,6 +3,14 @@
 from __future__ import annotations
 
 CASES: dict[str, list[str]] = {
+    "flux-elcapitan": [
+        "--site", "elcapitan", "--nodes", "2", "--account", "mybank", "--queue", "pbatch",
+        "--walltime", "02:00:00", "--", "python", "job.py",
+    ],
+    "flux-generic": [
+        "--site", "generic", "--batch-system", "flux", "--nodes", "2", "--workers-per-node",
+        "4", "--cpus-per-worker", "8", "--memory-per-worker", "16GB", "--", "python", "job.py",
+    ],
     "pbs-aurora": [
         "--site",
         "aurora",

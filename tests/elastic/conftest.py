@@ -1,4 +1,5 @@
-"""Fixtures of the elastic-cluster tests: a Slurm of their own, and HPCClusters that always close.
+"""Fixtures of the elastic-cluster tests: a Slurm of their own (and a Flux), and HPCClusters that
+always close.
 
 The HPCCluster runs in the test's process (as in a notebook); its jobs go to a real Slurm with
 three emulated nodes of 32 CPUs, 512 GiB and 2 GPUs (GRES, EMULATED devices: a job that asks for
@@ -7,6 +8,10 @@ minute) whose limit a longer walltime breaks, and the partitions dask-jobqueue's
 ``SLURMCluster`` calls name (``normal``, ``regular``, ``savio2_bigmem``). The plugin checks
 that Slurm for jobs left after every test, as it checks the session's, and the jobs' processes
 carry the test's tag (sbatch exports it).
+
+The Flux tests get a REAL Flux instance of three brokers (``flux start --test-size=3``) and this
+process as a shell inside it (FLUX_URI set: Flux is detected); its jobs are checked after every
+test as the Slurm's are, and carry the tag (flux batch passes the environment on).
 """
 
 from __future__ import annotations
@@ -19,7 +24,13 @@ from typing import Any
 
 import dask.config
 import pytest
-from harness.plugin import unwatch_slurm_jobs, watch_slurm_jobs
+from harness.flux import FluxInstance
+from harness.plugin import (
+    unwatch_flux_jobs,
+    unwatch_slurm_jobs,
+    watch_flux_jobs,
+    watch_slurm_jobs,
+)
 from harness.slurm import SlurmCluster
 
 from dask_hpc import HPCCluster
@@ -67,6 +78,46 @@ def elastic_env(
 @pytest.fixture
 def make_cluster(elastic_env: Path) -> Iterator[Callable[..., HPCCluster]]:
     """``make_cluster(*args, **kwargs)``: an HPCCluster that is closed after the test."""
+    yield from _clusters()
+
+
+@pytest.fixture(scope="session")
+def elastic_flux() -> Iterator[FluxInstance]:
+    instance = FluxInstance(size=3).start()
+    watch_flux_jobs(instance)
+    try:
+        yield instance
+    finally:
+        unwatch_flux_jobs(instance)
+        instance.stop()
+
+
+@pytest.fixture
+def flux_login(
+    monkeypatch: pytest.MonkeyPatch, elastic_flux: FluxInstance, tmp_path: Path
+) -> Iterator[Path]:
+    """This process as a shell in the test Flux instance; returns the shared directory."""
+    shared = tmp_path / "shared"
+    for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_COMM", "PMI_", "PALS_",
+                                                        "FLUX_"))]:
+        monkeypatch.delenv(var)
+    for var, value in elastic_flux.env.items():
+        monkeypatch.setenv(var, value)
+    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
+    monkeypatch.setenv("DASK_CUDA_TEST_DISABLE_DEVICE_SPECIFIC", "1")
+    monkeypatch.setenv("DASK_HPC__TIMEOUT", "60")
+    settings = {"hpc.scheduler-directory": str(shared), "hpc.cluster.poll-interval": 0.5}
+    with dask.config.set(settings):
+        yield shared
+
+
+@pytest.fixture
+def make_flux_cluster(flux_login: Path) -> Iterator[Callable[..., HPCCluster]]:
+    """``make_flux_cluster(*args, **kwargs)``: an HPCCluster on the test Flux, closed after."""
+    yield from _clusters()
+
+
+def _clusters() -> Iterator[Callable[..., HPCCluster]]:
     made: list[HPCCluster] = []
 
     def make(*args: Any, **kwargs: Any) -> HPCCluster:
@@ -100,6 +151,17 @@ def shell_env(tagged_env: dict[str, str], elastic_slurm: SlurmCluster, tmp_path:
     """The environment of a shell on a login node of the test Slurm (hpc-cluster's tests)."""
     env = {k: v for k, v in tagged_env.items() if not k.startswith("SLURM_")}
     env.update(elastic_slurm.env)
+    env["DASK_HPC__SCHEDULER_DIRECTORY"] = str(tmp_path / "shared")
+    env["DASK_HPC__CLUSTER__POLL_INTERVAL"] = "0.5"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+@pytest.fixture
+def flux_shell_env(tagged_env: dict[str, str], elastic_flux: FluxInstance, tmp_path: Path) -> dict:
+    """The environment of a shell in the test Flux instance (hpc-cluster's tests)."""
+    env = {k: v for k, v in tagged_env.items() if not k.startswith(("SLURM_", "FLUX_"))}
+    env.update(elastic_flux.env)
     env["DASK_HPC__SCHEDULER_DIRECTORY"] = str(tmp_path / "shared")
     env["DASK_HPC__CLUSTER__POLL_INTERVAL"] = "0.5"
     env["PYTHONUNBUFFERED"] = "1"

@@ -57,15 +57,57 @@ def test_cobalt_has_scripts_but_no_elastic_commands() -> None:
 
 
 def test_batch_system_detected_from_the_commands_on_path() -> None:
-    assert detect(lambda c: f"/usr/bin/{c}" if c in ("qsub", "qstat", "qdel") else None) == "pbs"
-    assert detect(lambda c: f"/usr/bin/{c}") == "slurm"  # the table's order
-    assert detect(lambda c: None) is None
+    assert detect(lambda c: f"/usr/bin/{c}" if c in ("qsub", "qstat", "qdel") else None,
+                  {}) == "pbs"
+    assert detect(lambda c: f"/usr/bin/{c}", {}) == "slurm"  # the table's order
+    assert detect(lambda c: None, {}) is None
+
+
+def test_flux_is_detected_inside_a_flux_instance_only_and_before_slurm() -> None:
+    """flux on PATH is not enough (this very machine has one beside Slurm); FLUX_URI says a
+    Flux instance is there, and inside one (Flux in a Slurm allocation) its jobs go to Flux."""
+    everything = lambda c: f"/usr/bin/{c}"  # noqa: E731
+    inside = {"FLUX_URI": "local:///run/flux/local"}
+    assert detect(everything, {}) == "slurm"
+    assert detect(everything, inside) == "flux"
+    assert detect(lambda c: "/usr/bin/flux" if c == "flux" else None, inside) == "flux"
+    assert detect(lambda c: "/usr/bin/flux" if c == "flux" else None, {}) is None
+
+
+def test_flux_commands_and_states() -> None:
+    """flux batch, flux jobs and flux cancel as flux-core 0.88 answers them (measured)."""
+    flux = BatchSystem.named("flux")
+    assert flux.submit_argv("/x/job.sh") == (["flux", "batch", "/x/job.sh"], False)
+    assert flux.job_id("f2UNheEj\n") == "f2UNheEj"
+    assert flux.job_id("ƒ2UNheEj\n") is None  # never: its commands run with ASCII ids
+    assert flux.command_env()["FLUX_F58_FORCE_ASCII"] == "1"
+    assert flux.status_argv(["f2a", "f2b"]) == [
+        "flux", "jobs", "--no-header", "--format={id.f58} {status} {exception.note}", "f2a",
+        "f2b",
+    ]
+    assert flux.cancel_argv(["f2a"]) == ["flux", "cancel", "f2a"]
+    out = ("f2UNheEj RUN \nf2UNheEk SCHED \nfZu34go COMPLETED \n"
+           "f23f5cjH FAILED unsatisfiable request: need 5 node(s) with 1 cores each, only 3 "
+           "eligible\n")
+    states = flux.parse_status(out, "", 0)
+    assert states == {
+        "f2UNheEj": ("RUN", ""), "f2UNheEk": ("SCHED", ""), "fZu34go": ("COMPLETED", ""),
+        "f23f5cjH": ("FAILED", "unsatisfiable request: need 5 node(s) with 1 cores each, "
+                               "only 3 eligible"),
+    }
+    assert [flux.category(s) for s, _ in states.values()] == [
+        "running", "queued", "ended", "ended"]
+    assert flux.parse_status("", "JobID fAAAAAAA unknown\n", 1) == {}
+    assert flux.parse_status("", "flux-jobs: ERROR: Unable to connect to Flux", 1) is None
 
 
 def test_walltime_formats_round_up_to_whole_minutes() -> None:
     assert format_walltime(system_table("lsf")["walltime"], 90) == "0:02"
     assert format_walltime(system_table("lsf")["walltime"], 7200) == "2:00"
     assert format_walltime(system_table("pbs")["walltime"], 90) == "00:01:30"
+    # Flux takes seconds: whole minutes as minutes, else seconds
+    assert format_walltime(system_table("flux")["walltime"], 3600) == "60m"
+    assert format_walltime(system_table("flux")["walltime"], 45) == "45s"
 
 
 def test_names_carry_job_and_pool() -> None:

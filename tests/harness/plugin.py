@@ -1,4 +1,5 @@
-"""pytest plugin: tagged environments, hard-timeout commands, a session Slurm cluster, leak checks.
+"""pytest plugin: tagged environments, hard-timeout commands, a session Slurm cluster and Flux
+instance, leak checks.
 
 Load with ``pytest_plugins = ["harness.plugin"]`` in tests/conftest.py.
 
@@ -6,7 +7,8 @@ Every test runs with ``DASK_HPC_TEST_TAG=<uuid>`` in ``os.environ`` (so every pr
 inherits it, through srun/sbatch/mpiexec too).  After the test the plugin waits up to
 ``DASK_HPC_LEAK_TIMEOUT`` (15 s) for all processes carrying the tag to exit; leftovers are
 killed and the test FAILS naming them.  Slurm jobs still listed by the session cluster after a
-test are cancelled and fail the test too.
+test, and Flux jobs still active in a watched Flux instance, are cancelled and fail the test
+too.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from .flux import FluxInstance
 from .procs import TAG_VAR, CmdResult, LeakError, check_no_leaks, new_tag, run_cmd, tagged
 from .slurm import SlurmCluster
 from .waiting import wait_for as _wait_for
@@ -26,6 +29,7 @@ from .waiting import wait_for as _wait_for
 LEAK_TIMEOUT = float(os.environ.get("DASK_HPC_LEAK_TIMEOUT", "15"))
 
 _SESSION_CLUSTER: list[SlurmCluster] = []
+_FLUX: list[FluxInstance] = []
 
 
 @pytest.fixture(autouse=True)
@@ -46,6 +50,11 @@ def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
             if left:
                 cluster.cancel_all()
                 problems.append(f"Slurm jobs left (cancelled now): {left}")
+    for instance in _FLUX:
+        active = instance.active_jobs()
+        if active:
+            instance.cancel_all()
+            problems.append(f"Flux jobs left (cancelled now): {active}")
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
 
@@ -69,6 +78,16 @@ def watch_slurm_jobs(cluster: SlurmCluster) -> None:
 def unwatch_slurm_jobs(cluster: SlurmCluster) -> None:
     if cluster in _SESSION_CLUSTER:
         _SESSION_CLUSTER.remove(cluster)
+
+
+def watch_flux_jobs(instance: FluxInstance) -> None:
+    """Check a Flux instance for jobs left active after each test."""
+    _FLUX.append(instance)
+
+
+def unwatch_flux_jobs(instance: FluxInstance) -> None:
+    if instance in _FLUX:
+        _FLUX.remove(instance)
 
 
 @pytest.fixture
@@ -121,6 +140,27 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
 def slurm_env(tagged_env: dict[str, str], slurm_cluster: SlurmCluster) -> dict[str, str]:
     """``tagged_env`` plus ``SLURM_CONF`` of the session cluster."""
     return {**tagged_env, **slurm_cluster.env}
+
+
+@pytest.fixture(scope="session")
+def flux_instance() -> Iterator[FluxInstance]:
+    """One REAL Flux instance for the session: 3 brokers on this host as 3 nodes
+    (``flux start --test-size=3``). Its brokers carry no test tag; they are stopped at session
+    end and verified gone. Use ``flux_instance.env`` (FLUX_URI, PATH) on top of
+    ``tagged_env``."""
+    instance = FluxInstance(size=3).start()
+    _FLUX.append(instance)
+    try:
+        yield instance
+    finally:
+        unwatch_flux_jobs(instance)
+        instance.stop()  # raises if a process of it survives
+
+
+@pytest.fixture
+def flux_env(tagged_env: dict[str, str], flux_instance: FluxInstance) -> dict[str, str]:
+    """``tagged_env`` plus the session Flux instance's FLUX_URI and ``flux`` on PATH."""
+    return {**tagged_env, **flux_instance.env}
 
 
 @pytest.fixture

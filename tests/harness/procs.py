@@ -62,7 +62,7 @@ def tagged(env: Mapping[str, str], tag: str) -> dict[str, str]:
 
 def clean_daemon_env(env: Mapping[str, str]) -> dict[str, str]:
     """``env`` without the test tag or any launcher/batch variables (for long-lived daemons)."""
-    drop = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "JSM_", "LSB_", "PBS_", "COBALT_")
+    drop = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "JSM_", "LSB_", "PBS_", "COBALT_", "FLUX_")
     return {k: v for k, v in env.items() if k != TAG_VAR and not k.startswith(drop)}
 
 

@@ -19,7 +19,7 @@ import psutil
 from harness.procs import TAG_VAR, tagged_pids
 from harness.waiting import WaitTimeout, wait_for
 
-RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID")
+RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "FLUX_TASK_RANK", "SLURM_PROCID")
 
 
 class Background:

@@ -23,7 +23,8 @@ done
 
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
-side_by_side=(dpnp newest_dask slurm apptainer ansible)  # ansible.sh's pip needs python.sh's done
+# ansible.sh's pip needs python.sh's done; flux.sh builds Flux once per machine (cached)
+side_by_side=(dpnp newest_dask slurm apptainer ansible flux)
 declare -A pids
 for part in "${side_by_side[@]}"; do
   ( t=$SECONDS; bash "$here/$part.sh"; echo "== tests/setup/$part.sh: $((SECONDS - t)) s" ) \

@@ -4,6 +4,7 @@ from its row of ``systems.yaml``; this module only fills in argv and parses what
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from collections.abc import Callable, Mapping, Sequence
@@ -31,9 +32,15 @@ class BatchSystem:
             raise UsageError(
                 f"batch system {name} has no submit/status/cancel commands here "
                 "(only job scripts)",
-                "use a site on Slurm, PBS Pro or LSF",
+                "use a site on Slurm, PBS Pro, LSF or Flux",
             )
         return cls(name, row)
+
+    def command_env(self) -> dict[str, str] | None:
+        """The environment its commands run with (this process's, plus the row's
+        ``command_env``), or None when the row adds nothing."""
+        extra = self.row.get("command_env")
+        return {**os.environ, **{k: str(v) for k, v in extra.items()}} if extra else None
 
     def missing_commands(self, which: Callable[[str], str | None] = shutil.which) -> list[str]:
         return [c for c in self.row["commands"] if which(c) is None]
@@ -107,9 +114,20 @@ class BatchSystem:
         return "ended"
 
 
-def detect(which: Callable[[str], str | None] = shutil.which) -> str | None:
-    """The batch system whose commands are all on PATH (the first, in the table's order)."""
-    for name, row in data()["batch_systems"].items():
-        if row.get("commands") and all(which(c) for c in row["commands"]):
+def detect(
+    which: Callable[[str], str | None] = shutil.which, env: Mapping[str, str] | None = None
+) -> str | None:
+    """The batch system whose commands are all on PATH (the first, in the table's order).
+
+    One that names a variable of its own (``detect_env``: Flux's FLUX_URI, set inside a Flux
+    instance) counts only where that is set, and before the others: Flux run inside a Slurm
+    allocation is the one the jobs go to."""
+    env = os.environ if env is None else env
+    rows = [(n, r) for n, r in data()["batch_systems"].items() if r.get("commands")]
+    rows.sort(key=lambda item: not item[1].get("detect_env"))
+    for name, row in rows:
+        if row.get("detect_env") and not env.get(row["detect_env"]):
+            continue
+        if all(which(c) for c in row["commands"]):
             return name
     return None

@@ -90,6 +90,7 @@ def format_walltime(fmt: str, seconds: int) -> str:
     """``seconds`` in a batch system's walltime format (whole minutes are rounded up)."""
     minutes = -(-seconds // 60)
     return fmt.format(
+        fsd=f"{seconds // 60}m" if seconds % 60 == 0 else f"{seconds}s",  # Flux's durations
         h=seconds // 3600,
         m=(seconds % 3600) // 60,
         s=seconds % 60,

@@ -80,7 +80,7 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--queue", help="queue or partition")
     p.add_argument("--walltime", help="each job's, HH:MM:SS")
     p.add_argument("--image", help="Apptainer image the workers run in (default: this Python)")
-    p.add_argument("--batch-system", help="slurm, pbs or lsf (default: detected)")
+    p.add_argument("--batch-system", help="slurm, pbs, lsf or flux (default: detected)")
     p.add_argument("--scheduler", choices=("local", "job"), help="where the scheduler runs")
     p.add_argument("--job-directive", action="append", default=None, metavar="LINE")
     p.add_argument("--job-setup", action="append", default=None, metavar="SHELL_LINE")

@@ -41,7 +41,7 @@ class HPCCluster(ConfiguredCluster):
     account="MyProject", queue="debug", walltime="01:00:00", image="dask-hpc-polaris.sif")``
 
     Every argument defaults to ``hpc.cluster.*`` in dask's config, then to the site profile
-    (detected as start-cluster detects it; a plain Slurm, PBS or LSF cluster needs none). The
+    (detected as start-cluster detects it; a plain Slurm, PBS, LSF or Flux cluster needs none). The
     first pool is named after ``kind`` unless ``pool`` is given; ``add_pool`` adds others.
     ``scheduler="job"`` runs the scheduler in a batch job of its own. TLS is always on, with
     certificates made for this cluster, readable by its owner only.

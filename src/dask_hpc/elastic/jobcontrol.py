@@ -70,7 +70,8 @@ class JobControl:
         self.jobs.pop(job.name, None)
         self.finished.append(job)
         if not job.cancelled and not job.ever_connected:
-            self.failed(job, f"ended ({job.batch_state or 'gone'})")
+            why = f": {job.reason}" if job.reason not in ("", "None") else ""  # squeue: None
+            self.failed(job, f"ended ({job.batch_state or 'gone'}{why})")
 
     def failed(self, job: Job, how: str, never: bool = False) -> None:
         """A job that never connected a worker: say so; a pool that never worked, or that

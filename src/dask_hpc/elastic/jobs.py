@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,6 +29,7 @@ class Job:
     job_id: str | None = None
     state: State | None = None  # None: being submitted
     batch_state: str = ""  # the batch system's own word for it
+    reason: str = ""  # and why, where it says (Flux: the note of the exception that ended it)
     submitted_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None  # first seen running
     connected_at: float | None = None  # first worker connected
@@ -54,12 +55,16 @@ class Job:
 
 
 async def run(
-    argv: Sequence[str], stdin: bytes | None = None, timeout: float = COMMAND_TIMEOUT
+    argv: Sequence[str],
+    stdin: bytes | None = None,
+    timeout: float = COMMAND_TIMEOUT,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[int, str, str]:
     """Run a batch command; (status, stdout, stderr). A missing command is a UsageError."""
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv,
+            env=env,
             stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
@@ -93,7 +98,8 @@ class BatchClient:
         path = self.script_dir / f"{job.name}.sh"
         private.write_file(path, text.encode(), mode=0o700)
         argv, use_stdin = self.system.submit_argv(str(path))
-        code, out, err = await run(argv, stdin=text.encode() if use_stdin else None)
+        stdin = text.encode() if use_stdin else None
+        code, out, err = await run(argv, stdin=stdin, env=self.system.command_env())
         job_id = self.system.job_id(out) if code == 0 else None
         if job_id is None:
             said = one_line(err or out) or f"exit status {code}"
@@ -104,9 +110,9 @@ class BatchClient:
         """(state, reason) of each job the batch system lists (None: cannot read them now)."""
         if not ids:
             return {}
-        code, out, err = await run(self.system.status_argv(ids))
+        code, out, err = await run(self.system.status_argv(ids), env=self.system.command_env())
         return self.system.parse_status(out, err, code)
 
     async def cancel(self, ids: Sequence[str]) -> None:
         if ids:
-            await run(self.system.cancel_argv(ids))
+            await run(self.system.cancel_argv(ids), env=self.system.command_env())

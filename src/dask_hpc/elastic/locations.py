@@ -24,7 +24,8 @@ def batch_system(site: Site, asked: str | None) -> str:
     name = name or commands.detect()
     if not name:
         raise UsageError(
-            "no batch system here: none of sbatch, qsub or bsub is on PATH",
+            "no batch system here: none of sbatch, qsub or bsub is on PATH, and no Flux "
+            "instance (FLUX_URI)",
             "run on a login node of the cluster, or pass batch_system=",
         )
     return str(name)

@@ -201,6 +201,9 @@ def make_pool(
         margin, stagger = lifetime_as_margin(lifetime, seconds, wall, margin)
     if margin is None:
         margin = min(MARGIN_MAX, max(MARGIN_MIN, seconds * MARGIN_SHARE))
+        system = batch_system or (site.batch_system if site.batch_system != "none" else None)
+        if system:  # a batch job's own start and stop besides its script (Flux: an instance)
+            margin += float(script.system_table(system).get("job_overhead") or 0)
     margin = float(margin)  # type: ignore[arg-type]
     if lifetime is None and not 0 < margin < seconds / 2:
         raise UsageError(

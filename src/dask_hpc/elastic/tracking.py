@@ -18,6 +18,7 @@ def read(job: Job, listed: tuple[str, str] | None, system: Any) -> tuple[str | N
         return ("ended" if job.missing >= MISSING_ROUNDS else job.state), None
     job.missing = 0
     job.batch_state, reason = listed
+    job.reason = reason
     category = system.category(job.batch_state)
     if category == "queued" and system.never_starts(reason):
         return category, reason

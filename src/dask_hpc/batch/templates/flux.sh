@@ -1,0 +1,6 @@
+#!/bin/bash
+@{directives}
+@{summary}
+set -euo pipefail
+@{setup}
+@{launch}
