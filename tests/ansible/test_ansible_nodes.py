@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 import testinfra
 from ansible_support import deepops_example, live_sysctls, run_on_node, sha256
 from conftest import NO_VARS, Env
+
+from dask_hpc.import_path import BOOTSTRAP
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
 
@@ -135,7 +138,27 @@ def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
         Path(node.backend.name), "cd && hpc-cluster script cpu --batch-system slurm"
     )
     assert script.returncode == 0, script.stderr
-    assert re.search(r"/opt/dask-hpc/venv/bin/python\S* -P -m dask_hpc cpu 1 ", script.stdout)
+    root = Path(node.backend.name)
+    python = "/opt/dask-hpc/venv/bin/python"
+    version = run_on_node(root, f"{python} -c 'import sys; print(sys.version_info >= (3, 11))'")
+    if version.stdout.strip() == "True":
+        assert re.search(rf"{python}\S* -P -m dask_hpc cpu 1 ", script.stdout)
+        return
+    # Python 3.10 (Ubuntu 22.04) has no -P: the job runs the bootstrap, which drops the
+    # working directory before anything is imported; a module planted there is not run.
+    line = next(s for s in script.stdout.splitlines() if f"{python} -c " in s)
+    assert shlex.split(line)[2] == BOOTSTRAP.format(module="dask_hpc"), line
+    planted = root / "tmp" / "planted"
+    planted.mkdir(exist_ok=True)
+    (planted / "argparse.py").write_text("raise SystemExit('the planted module ran')\n")
+    (planted / "run.sh").write_text(
+        shlex.join([python, "-c", BOOTSTRAP.format(module="dask_hpc"), "--help"]) + "\n"
+    )
+    ran = run_on_node(root, "cd /tmp/planted && sh run.sh")
+    assert ran.returncode == 0 and ran.stdout.startswith("usage: "), ran.stdout + ran.stderr
+    assert "planted" not in ran.stdout + ran.stderr
+    plain = run_on_node(root, f"cd /tmp/planted && {python} -m dask_hpc --help")
+    assert "the planted module ran" in plain.stderr  # what python -m alone would have done
 
 
 @pytest.mark.parametrize("name", CONVERGED)

@@ -28,8 +28,9 @@ def test_hpccluster_workers_in_the_image(
         script = cluster.job_script()
         assert (
             "srun --nodes=1 --ntasks=2 --ntasks-per-node=2 --cpus-per-task=1 --no-kill "
-            f"--kill-on-bad-exit=0 apptainer exec --bind "
-            f'{cluster.directory} "$dask_hpc_image" start-cluster cpu 2 --join' in script
+            f"--kill-on-bad-exit=0 apptainer exec --bind {cluster.directory} "
+            '${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster cpu 2 '
+            "--join" in script
         ), script
         assert (
             f"dask_hpc_image=$(readlink -e -- {local_image})" in script

@@ -114,6 +114,13 @@ def test_unknown_site_is_one_line(invoke) -> None:
     )
 
 
+def test_building_a_site_without_an_image_is_one_line(invoke) -> None:
+    _one_line_error(
+        invoke("build", "--site", "elcapitan"),
+        "site elcapitan has no image: its jobs run dask-hpc from the job's own environment",
+    )
+
+
 def test_foreign_architecture_dry_run_prints_the_plan_with_a_warning(invoke) -> None:
     """A user on x86_64 can see the commands they will run on the ppc64le machine."""
     result = invoke("build", "--site", "summit", "--dry-run", "--output", "/tmp/x/summit.sif")
@@ -211,5 +218,5 @@ def test_invoke_job_on_the_generic_site_names_batch_system(invoke) -> None:
     _one_line_error(
         invoke("job", "--site", "generic", "--nodes", "1", "--", "python", "job.py"),
         "site generic has no batch system; name one with --batch-system (slurm, pbs, lsf, "
-        "cobalt), or run start-cluster directly",
+        "flux, cobalt), or run start-cluster directly",
     )

@@ -74,13 +74,15 @@ def test_a_walltime_the_queue_never_runs_is_one_line_and_nothing_stays_queued(
 def test_a_job_that_fails_at_once_is_one_line_and_its_siblings_are_cancelled(
     make_cluster, elastic_slurm, wait_for
 ) -> None:
-    # start-cluster refuses its arguments on every rank: each job ends at once, in error.
+    # start-cluster refuses its node on every rank: each job ends at once, in error (options
+    # it does not take are refused before any job: test_jobqueue_args.py).
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00",
-                           worker_args=["--death-timeout", "-5"])
+                           worker_args=["--interface", "nosuch0"])
     cluster.scale(jobs=3)
     with pytest.raises(UsageError) as error:
         cluster.wait_for_workers(1, timeout=120)
     text = one_line(error)
-    assert "before any worker connected" in text and "'-5' is not a positive number" in text
+    assert "before any worker connected" in text
+    assert "network interface 'nosuch0' has no IPv4 address" in text
     wait_for(lambda: not elastic_slurm.jobs(), 60, what="the other jobs to be cancelled")
     assert cluster.pools["cpu"].counter == 3  # no resubmission

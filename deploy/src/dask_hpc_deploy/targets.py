@@ -108,6 +108,12 @@ def load_target(name: str) -> Target:
     try:
         return all_targets()[name]
     except KeyError:
+        pass
+    if name in all_sites():
+        # generic and elcapitan: their ranks run the job's own Python (docs/sites.md)
         raise UsageError(
-            f"unknown site {name!r}", f"use one of: {', '.join(all_targets())}"
-        ) from None
+            f"site {name} has no image: its jobs run dask-hpc from the job's own environment "
+            "(pip install dask-hpc there)",
+            f"or build one of: {', '.join(all_targets())}",
+        )
+    raise UsageError(f"unknown site {name!r}", f"use one of: {', '.join(all_targets())}")
