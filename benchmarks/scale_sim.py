@@ -1,7 +1,8 @@
 """Simulated ranks for benchmarks/scale.py and scale_faults.py: many ranks to a process.
 
 Each simulated rank polls the real scheduler file with the real reader and the real jittered
-intervals (``connection.poll_delays``), answers the real roll call (``roster.join``) and starts
+intervals (``connection.poll_delays``), answers the real roll call (``roster.join``, then the
+beats rank 0 asks for, ``roster.Beats``, and a ``given-up`` closes its workers) and starts
 its workers as start-cluster's own worker class (``dask_hpc.worker.HpcWorker``) sharing the
 process's event loop (no Nanny, profiling off, the system monitor every 10 s: the lightest
 worker that still registers, heartbeats and is closed by the scheduler). It closes its
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import gc
 import json
@@ -147,6 +149,8 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
         await asyncio.sleep(next(delays))
     stats["found"] = max(stats["found"], time.time())
     conn = roster.join(info.roster, info.token, rank, 60, source=host)
+    workers: list = []
+    beating = answer_rank0(conn, workers)
     tls = info.tls
     security = Security(
         tls_ca_file=str(tls.ca),
@@ -154,7 +158,6 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
         tls_worker_key=str(tls.key),
         require_encryption=True,
     )
-    workers = []
     for i in range(args.per_rank):
         name = f"{rank}-{i}" if args.per_rank > 1 else str(rank)
         stats["last_start"] = max(stats["last_start"], time.time())
@@ -187,7 +190,43 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
     # workers (gc.freeze: O(1)).
     gc.freeze()
     await asyncio.gather(*(w.finished() for w in workers))
+    beating.cancel()
+    with contextlib.suppress(ValueError, OSError):  # (closed already: rank 0 gave it up)
+        asyncio.get_running_loop().remove_reader(conn.fileno())
     conn.close()  # this rank "exits": rank 0's roll call sees it go
+
+
+def answer_rank0(conn, workers: list) -> asyncio.Task:  # type: ignore[no-untyped-def]
+    """What a rank's own loop does on the roll call (``worker_rank``): beat as often as rank 0
+    asked, and, given up as hung, close this rank's workers. Returns the beating task."""
+    from dask_hpc import roster
+
+    loop = asyncio.get_running_loop()
+    said, beats = roster.FromRank0(), roster.Beats(conn.fileno())
+
+    def on_data() -> None:
+        try:
+            data = conn.recv(256)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # rank 0 closed it (it ends, or gave this rank up)
+            loop.remove_reader(conn.fileno())
+            return
+        said.feed(data)
+        beats.every = None if said.given_up is not None else said.beat_every
+        if said.given_up is not None:
+            for worker in workers:
+                asyncio.ensure_future(worker.close(reason="dask-hpc-given-up"))
+
+    async def beat() -> None:
+        while True:
+            beats.beat()
+            await asyncio.sleep(beats.wait(1.0) or 0.01)
+
+    loop.add_reader(conn.fileno(), on_data)
+    return asyncio.ensure_future(beat())
 
 
 TIDY_EVERY = 30.0  # s between a simulator's collect-and-freeze (see sim_main)

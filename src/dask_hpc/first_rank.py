@@ -3,8 +3,9 @@ the scheduler file, starts its own workers, waits until every worker of every ra
 prints the ready block, runs COMMAND, and shuts everything down in order when COMMAND ends,
 a signal comes, the scheduler goes, or (with ``--abort-on-node-loss``) a rank is lost.
 
-What it knows of the other ranks (lost, gone before ready, waited for at shutdown) is the
-roll call's (``roll_call.py``).
+What it knows of the other ranks (lost, hung, gone before ready, waited for at shutdown) is the
+roll call's (``roll_call.py``). A rank given up as hung has its workers removed by the
+scheduler, told over a pipe (``given_up.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from . import children, nanny_host, private, roster, security
+from . import children, given_up, nanny_host, private, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, write_scheduler_file
 from .errors import StartupError, UsageError, say
@@ -33,9 +34,12 @@ SHUTDOWN_GRACE = 30.0
 EXIT_RANK_LOST = 5  # rank 0, with --abort-on-node-loss: a rank was lost while the cluster ran
 
 
-def _scheduler(spec: ProcessSpec, events: int, settings: int, rank_ends: list[int]) -> int:
+def _scheduler(
+    spec: ProcessSpec, events: int, settings: int, control: int, rank_ends: list[int]
+) -> int:
     """The scheduler's process: import Dask, then, given the cluster's TLS settings by the rank
-    on ``settings``, run the scheduler (``processes.scheduler_main``).
+    on ``settings``, run the scheduler (``processes.scheduler_main``), which reads the rank's
+    requests on ``control``.
 
     ``rank_ends``: the rank's ends of its pipes, inherited through the fork and closed here
     (an inherited write end would keep a pipe from ever reporting the rank's end of it).
@@ -48,7 +52,7 @@ def _scheduler(spec: ProcessSpec, events: int, settings: int, rank_ends: list[in
     if start is None:  # the rank could not make the cluster's directory
         return children.EXIT_CLOSED
     os.environ.update(start["env"])
-    return processes.scheduler_main(spec, events)
+    return processes.scheduler_main(spec, events, control)
 
 
 class FirstRank(Rank):
@@ -64,6 +68,8 @@ class FirstRank(Rank):
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
         self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roll_call = RollCall(plan)
+        self.hung: list[int] = []  # ranks given up as hung, not yet acted on (_until_done)
+        self._control = -1  # the pipe to the scheduler's process (run)
 
     @property
     def roster(self) -> roster.Roster | None:
@@ -96,21 +102,25 @@ class FirstRank(Rank):
         plan = self.plan
         events_r, events_w = os.pipe()
         settings_r, settings_w = os.pipe()
+        control_r, self._control = os.pipe()
         self.started: dict | None = None
         self.sup.watch(events_r, self._on_events)
         spec = self.scheduler_spec
         # Forked first: the scheduler imports Dask while this rank makes the certificates.
-        rank_ends = [events_r, settings_w]
+        rank_ends = [events_r, settings_w, self._control]
         if self._host_pipe is not None:
             rank_ends.append(self._host_pipe)
-        pid = children.fork(_scheduler, spec, events_w, settings_r, rank_ends)
+        pid = children.fork(_scheduler, spec, events_w, settings_r, control_r, rank_ends)
         self.sup.add(spec, pid)
         os.close(events_w)
         os.close(settings_r)
+        os.close(control_r)
         try:
             tls = self.prepare_directory()
         except (OSError, UsageError) as error:
             os.close(settings_w)
+            os.close(self._control)
+            self._control = -1
             self.release_host()
             self.sup.signal_all(signal.SIGTERM)  # both still import Dask: no need to wait
             self.sup.wait_all(10)
@@ -168,9 +178,19 @@ class FirstRank(Rank):
         return self.roll_call.left_early()
 
     def _step(self, timeout: float) -> None:
-        """One turn of this rank's loop: wait up to ``timeout`` for an event, note exits."""
+        """One turn of this rank's loop: wait up to ``timeout`` for an event (or until a rank may
+        be found hung), note exits, give up the ranks found hung."""
+        due = self.roll_call.next_check()
+        if due is not None:
+            timeout = min(timeout, max(0.0, due - time.monotonic()) + 0.01)
         self.sup.poll(timeout)
         self._handle_exits()
+        if not self.stopping:
+            hung = self.roll_call.newly_hung()
+            if hung:
+                self.hung.extend(hung)
+                names = [name for rank in hung for name in self.plan.worker_names(rank)]
+                given_up.tell_scheduler(self._control, names)
 
     def _handle_exits(self) -> None:
         while self.sup.exited:
@@ -214,6 +234,7 @@ class FirstRank(Rank):
             self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
             write_scheduler_file(plan.scheduler_file, self.info)  # for `hpc-cluster links`
         say(ready_message(plan, self.info, jupyter_port, whole_links=private_stream()))
+        self.roll_call.ready = True
         if plan.command:
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
             self.command = subprocess.Popen(
@@ -232,6 +253,7 @@ class FirstRank(Rank):
         while True:
             self._step(1.0)
             lost = [] if self.stopping else self.roll_call.newly_lost()
+            lost, self.hung = lost + self.hung, []
             if lost and self.plan.abort_on_node_loss:
                 self._stop_command()
                 return self._shutdown(EXIT_RANK_LOST)
@@ -320,6 +342,9 @@ class FirstRank(Rank):
             self.sup.wait_all(10)
         if self.roster:
             self.roster.close()
+        if self._control >= 0:
+            os.close(self._control)
+            self._control = -1
         self.sup.close()
         shutil.rmtree(self.plan.cluster_dir, ignore_errors=True)
         if self.plan.scheduler_file.parent != self.plan.cluster_dir:

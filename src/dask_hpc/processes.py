@@ -22,7 +22,7 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import get_ip
 
-from . import dashboard, event_loop, heartbeats, log_summary, many_workers
+from . import dashboard, event_loop, given_up, heartbeats, log_summary, many_workers
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .lighter_tls import Security
@@ -73,8 +73,9 @@ class _Reporter(SchedulerPlugin):
         self.send(event="remove", address=worker)
 
 
-def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
-    """Run the scheduler until it is closed (by a client, or SIGTERM from the rank)."""
+def scheduler_main(spec: ProcessSpec, events_fd: int, control_fd: int) -> int:
+    """Run the scheduler until it is closed (by a client, or SIGTERM from the rank); the rank
+    names on ``control_fd`` the workers of ranks it gave up (``given_up``)."""
     _prepare(spec)
     options = spec.options
 
@@ -96,6 +97,7 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         scheduler.add_plugin(reporter)
         many_workers.install(scheduler)
         heartbeats.serve(scheduler)
+        given_up.GivenUp(scheduler, control_fd)
         _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
         closing: list[asyncio.Task[None]] = []  # (a task is only weakly held by its loop)
         asyncio.get_running_loop().add_signal_handler(

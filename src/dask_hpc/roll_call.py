@@ -1,7 +1,8 @@
 """Rank 0's view of the other ranks, over the roster's connections (``roster.py``).
 
-Which ranks were lost while the cluster ran (each said once: a warning, or an error that stops
-the cluster with ``--abort-on-node-loss``), which left or sent no worker before the cluster
+Which ranks were lost while the cluster ran, and which hung (silent for ``hpc.hung-timeout``:
+``liveness.py``) and were given up (each said once: a warning, or an error that stops the
+cluster with ``--abort-on-node-loss``), which left, hung or sent no worker before the cluster
 was ready, and, at shutdown, telling them to stop and waiting until they are gone, so that the
 launcher has seen them end before rank 0 does.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from . import roster
+from . import liveness, roster
 from .errors import say
 from .plan import Plan
 from .supervisor import Supervisor
@@ -29,19 +30,60 @@ class RollCall:
         self.plan = plan
         self.roster: roster.Roster | None = None
         self.lost_reported = 0  # how many of the roster's lost ranks were reported
+        self.ready = False  # the cluster is ready: a rank given up from now on is a warning
 
     def open(self, address: str, sup: Supervisor) -> None:
         """Listen for the other ranks on the scheduler's host (``address``: the scheduler's),
         their connections watched by this rank's loop (``sup``)."""
         if self.plan.rank.size > 1:
             host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
-            self.roster = roster.Roster(host, sup.watch_ready, sup.unwatch)
+            timeout = self.plan.hung_timeout
+            silence = None
+            if timeout:
+                interval = liveness.beat_interval(timeout, self.plan.rank.size)
+                silence = liveness.Silence(timeout, interval)
+            self.roster = roster.Roster(host, sup.watch_ready, sup.unwatch, silence)
 
     def left_early(self) -> str | None:
-        """Why the cluster cannot become ready, if a rank already exited."""
+        """Why the cluster cannot become ready, if a rank already exited or hung."""
         if self.roster and self.roster.left:
             return f"rank(s) {sorted(self.roster.left)[:20]} exited before the cluster was ready"
+        if self.roster and self.roster.given_up:
+            return (
+                f"rank(s) {sorted(self.roster.given_up)[:20]} hung (no sign of life for "
+                f"{self.plan.hung_timeout:g} s) before the cluster was ready"
+            )
         return None
+
+    def newly_hung(self) -> list[int]:
+        """Ranks silent for ``hpc.hung-timeout`` (call it right after reading what arrived):
+        given up (told, their connections closed), said once, returned once."""
+        silence = self.roster.silence if self.roster else None
+        if silence is None:
+            return []
+        assert self.roster is not None
+        hung = [rank for rank in silence.hung(time.monotonic()) if rank in self.roster.alive]
+        if not hung:
+            return []
+        self.roster.give_up(hung, silence.timeout)
+        if not self.ready:  # the start fails, naming them (left_early)
+            return hung
+        where = roster.where_lost(hung, self.roster.hosts)
+        its = "its" if len(hung) == 1 else "their"
+        what = f"{where} hung (no sign of life for {silence.timeout:g} s)"
+        if self.plan.abort_on_node_loss:
+            say(f"error: {what}: stopping the cluster")
+        else:
+            say(
+                f"warning: {what}: the cluster goes on without {its} workers, "
+                "Dask recomputes what they held"
+            )
+        return hung
+
+    def next_check(self) -> float | None:
+        """When a rank may next be found hung (``time.monotonic()``; None: none can be)."""
+        silence = self.roster.silence if self.roster else None
+        return silence.next_due() if silence else None
 
     def missing_message(self, workers: Mapping[str, str]) -> str:
         """Which ranks sent no worker of ``workers`` (address -> name), when time ran out."""

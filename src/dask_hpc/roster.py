@@ -9,19 +9,31 @@ the cluster's token (from the scheduler file, readable by the owner only), its r
 
 Both ends turn on TCP keepalive: a node that dies without closing its connections (power lost,
 kernel panic) is noticed within ``KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL`` s,
-however busy the processes at either end are (the kernels answer the probes).
+however busy the processes at either end are (the kernels answer the probes). A node that
+hangs keeps them open (its kernel answers): with ``hpc.hung-timeout`` rank 0 tells each rank
+as it joins how often to say it is alive (``beat SECONDS``), and gives up a rank it has not
+heard from for that long (``liveness.py``): it writes ``given-up SECONDS`` to it and closes
+the connection, so that the rank, if it ever runs again, stops what it started.
+
+What rank 0 says is read line by line (``FromRank0``); what a rank says, any bytes, is a sign
+of life.
 """
 
 from __future__ import annotations
 
 import hmac
+import os
 import secrets
 import socket
+import time
 from collections.abc import Callable
+
+from .liveness import Silence
 
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
 STOP = b"stop\n"  # rank 0 to every rank once the scheduler closed the workers it knows
 BYE = b"bye\n"  # a rank to rank 0 as it ends on its own (its workers retired or stopped)
+BEAT = b"beat\n"  # a rank to rank 0: alive (every interval rank 0 gave it, ``beat SECONDS``)
 KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3  # probes unanswered: the peer is gone (25 s in all)
@@ -47,7 +59,10 @@ class Roster:
         host: str,
         watch: Callable[[int, Callable[[], None]], None],
         unwatch: Callable[[int], None],
+        silence: Silence | None = None,
     ) -> None:
+        self.silence = silence  # when each rank was last heard (None: no hung-rank check)
+        self.given_up: list[int] = []  # ranks given up as hung, in that order
         self.token = secrets.token_hex(16)
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
@@ -94,6 +109,9 @@ class Roster:
                 self.alive[int(rank)] = conn
                 self.hosts[int(rank)] = host or "?"
                 self._ranks[fd] = (int(rank), conn)
+                if self.silence is not None:
+                    self.silence.heard(int(rank), time.monotonic())
+                    self._send(conn, f"beat {self.silence.interval:g}\n".encode())
                 return
             self._drop(fd, conn)
             return
@@ -105,6 +123,8 @@ class Roster:
             if data:
                 if BYE in data:
                     self.said_bye.add(rank)
+                if self.silence is not None:  # a bye too: it ends, and says so
+                    self.silence.heard(rank, time.monotonic())
                 return
         except BlockingIOError:
             return
@@ -114,7 +134,27 @@ class Roster:
         if self.alive.get(rank) is conn:
             del self.alive[rank]
             self.left.append(rank)
+        if self.silence is not None:
+            self.silence.forget(rank)
         self._drop(fd, conn)
+
+    def give_up(self, ranks: list[int], seconds: float) -> None:
+        """Give up ``ranks`` (hung: silent for ``seconds``): tell each (read when, if ever, it
+        runs again) and close its connection; it is neither alive nor lost from now on."""
+        for rank in ranks:
+            conn = self.alive.pop(rank, None)
+            if conn is None:
+                continue
+            self.given_up.append(rank)
+            self._send(conn, f"given-up {seconds:.0f}\n".encode())
+            try:  # nothing unread left here: the close is a FIN after that line, not a reset
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+            fd = conn.fileno()
+            self._ranks.pop(fd, None)
+            self._drop(fd, conn)
 
     @property
     def lost(self) -> list[int]:
@@ -131,10 +171,14 @@ class Roster:
 
     def _say(self, message: bytes) -> None:
         for conn in self.alive.values():
-            try:
-                conn.send(message)
-            except OSError:
-                pass
+            self._send(conn, message)
+
+    @staticmethod
+    def _send(conn: socket.socket, message: bytes) -> None:
+        try:
+            conn.send(message)
+        except OSError:  # full (the rank does not read: hung) or gone: it is told otherwise
+            pass
 
     def _drop(self, fd: int, conn: socket.socket) -> None:
         self._unwatch(fd)
@@ -163,6 +207,64 @@ def join(
     conn.sendall(f"{token} {rank} {socket.gethostname()}\n".encode())
     conn.setblocking(False)
     return conn
+
+
+class FromRank0:
+    """A rank's reading of what rank 0 writes on the roll call, a line at a time."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.stop = False  # the cluster ends: stop what the scheduler could not close
+        self.ended = False  # rank 0 ends without waiting for this rank any longer
+        self.beat_every: float | None = None  # seconds between beats (None: no beats)
+        self.given_up: float | None = None  # rank 0 gave this rank up after that silence
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            word, _, value = line.decode(errors="replace").partition(" ")
+            if word == STOP.strip().decode():
+                self.stop = True
+            elif word == ENDED.strip().decode():
+                self.ended = True
+            elif word == "beat" and _seconds(value):
+                self.beat_every = _seconds(value)
+            elif word == "given-up":
+                self.given_up = _seconds(value) or 0.0
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+class Beats:
+    """A rank's beats to rank 0, on its roll-call descriptor ``fd``, once rank 0 asked."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.every: float | None = None
+        self.next_at = 0.0
+
+    def wait(self, longest: float) -> float:
+        """How long the rank's loop may wait before the next beat is due (``longest`` at most)."""
+        if self.every is None:
+            return longest
+        return max(0.0, min(longest, self.next_at - time.monotonic()))
+
+    def beat(self) -> None:
+        """Say this rank is alive, if a beat is due (call it on every turn of the rank's loop)."""
+        now = time.monotonic()
+        if self.every is None or now < self.next_at:
+            return
+        self.next_at = now + self.every
+        try:
+            os.write(self.fd, BEAT)
+        except (BlockingIOError, OSError):  # full (rank 0 does not read) or gone: said elsewhere
+            pass
 
 
 def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:

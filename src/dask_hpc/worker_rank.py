@@ -1,5 +1,6 @@
 """Any rank but 0: wait for the scheduler file, join the roll call, start this rank's workers,
-run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost)."""
+run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost, or rank 0 gave
+this rank up as hung); meanwhile say on the roll call that this rank is alive."""
 
 from __future__ import annotations
 
@@ -18,7 +19,9 @@ class WorkerRank(Rank):
 
     rank0_lost = False
     workers_killed = False  # its workers outlasted the wait after SIGTERM
+    given_up = False  # rank 0 gave this rank up as hung (it ran again: it stops)
     roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
+    beats: roster.Beats | None = None
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
         plan = self.plan
@@ -77,16 +80,18 @@ class WorkerRank(Rank):
         # while this rank was still shutting down its interpreter, and `srun
         # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
         self.roster_fd = os.dup(conn.fileno())
-
-        ended = False  # rank 0 said it ends without waiting for this rank any longer
+        self.beats = beats = roster.Beats(self.roster_fd)
+        said = roster.FromRank0()
 
         def on_data() -> None:
-            nonlocal ended
             try:
                 data = conn.recv(256)
                 if data:
-                    ended = ended or roster.ENDED in data
-                    if roster.STOP in data:  # the cluster ends
+                    said.feed(data)
+                    beats.every = said.beat_every
+                    if said.given_up is not None and not self.given_up:
+                        self._on_given_up(said.given_up)
+                    if said.stop:  # the cluster ends
                         self.stop()
                     return
             except BlockingIOError:
@@ -94,9 +99,9 @@ class WorkerRank(Rank):
             except OSError:
                 pass
             self.sup.unwatch(conn.fileno())
-            if self.closed_by_scheduler:
+            if self.closed_by_scheduler or self.given_up:
                 return
-            if ended:  # also after its stop request: this rank's workers outlasted the wait
+            if said.ended:  # also after its stop request: this rank's workers outlasted the wait
                 say("error: rank 0 ended the cluster before this rank's workers had stopped")
             elif not self.stopping:
                 say("error: rank 0 is gone (killed, or its node died): stopping this rank")
@@ -107,9 +112,25 @@ class WorkerRank(Rank):
 
         self.sup.watch_ready(conn.fileno(), on_data)
 
+    def _on_given_up(self, seconds: float) -> None:
+        """Rank 0 heard nothing from this rank for ``seconds`` (it was stopped, or its node hung)
+        and went on without it: its workers were removed and the scheduler refuses their names.
+        It ran again: it stops what it started and ends, with status 0, as a retired rank does,
+        so that a launcher that ends the job when a rank fails keeps it (rank 0 said why)."""
+        self.given_up = True
+        if self.beats is not None:
+            self.beats.every = None  # its connection is closed
+        say(
+            f"warning: rank 0 gave this rank up (no sign of life from it for {seconds:g} s: its "
+            "node hung, or its processes were stopped): stopping its workers"
+        )
+        self.stop()
+
     def _until_done(self, info: SchedulerInfo) -> int:
         while self.sup.children:
-            self.sup.poll(1.0)
+            if self.beats is not None:
+                self.beats.beat()
+            self.sup.poll(self.beats.wait(1.0) if self.beats else 1.0)
             if self.sup.signals and not self.stopping:
                 self.stop()
             if time.monotonic() >= self.kill_at:
@@ -124,6 +145,8 @@ class WorkerRank(Rank):
                 self.workers_killed = True
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
+        if self.given_up:
+            return 0
         if self.rank0_lost:
             return children.EXIT_SCHEDULER_LOST
         if self.workers_killed:
