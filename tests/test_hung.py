@@ -19,15 +19,25 @@ from pathlib import Path
 
 import psutil
 import pytest
+from harness import mpi
+from harness.emulate import emulated_jsrun
 from harness.procs import run_cmd, tagged_pids
 from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
 from support import start_cluster
-from test_faults import KEEP_RANKS, OPTS, all_gone, record, start_keeping_ranks
+from test_faults import DEATH_TIMEOUT, KEEP_RANKS, OPTS, all_gone, record, start_keeping_ranks
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hung_job.py"
 DEFAULT_HUNG_TIMEOUT = 30.0  # hpc.hung-timeout's default: what the launcher tests run with
 HUNG = re.compile(r"warning: rank 2 on \S+ hung \(no sign of life for \d+ s\)")
+# The lost-rank tests' launchers with the options that keep the other ranks, and two without:
+# a given-up rank that runs again exits 0, so even a launcher that ends the job when a rank
+# fails lets it go on. (name: argv prefix for 3 ranks of one worker each)
+LAUNCHERS = {
+    **{name: lambda tmp, name=name: KEEP_RANKS[name][0](tmp) for name in KEEP_RANKS},
+    "openmpi-plain": lambda tmp: mpi.openmpi(3, hosts=mpi.node_names(3), ppn=1),
+    "emulated-jsrun": lambda tmp: emulated_jsrun(tmp, nodes=3, ppn=1),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -60,19 +70,32 @@ def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
     return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
 
 
-@pytest.mark.parametrize("name", list(KEEP_RANKS))
+def start(
+    name: str, request: pytest.FixtureRequest, env: dict[str, str], tmp_path: Path,
+    command: list[str],
+) -> Background:
+    """3 ranks (srun: 4, 2 per node) under launcher ``name``, running ``command``."""
+    if name in KEEP_RANKS:
+        return start_keeping_ranks(name, request, env, tmp_path, command)
+    argv = [*LAUNCHERS[name](tmp_path), *start_cluster(), "cpu", "1", *OPTS, "--timeout", "60"]
+    argv += ["--death-timeout", str(DEATH_TIMEOUT), "--", *command]
+    return Background(argv, env, tmp_path)
+
+
+@pytest.mark.parametrize("name", list(LAUNCHERS))
 def test_a_hung_rank_is_given_up_and_the_job_goes_on(
     name: str, request: pytest.FixtureRequest, cluster_env: dict[str, str], tmp_path: Path
 ) -> None:
-    """Every process of rank 2 stopped mid-computation, under each launcher with its option that
-    keeps the other ranks, and the default hpc.hung-timeout: rank 0 names it in one line within
+    """Every process of rank 2 stopped mid-computation, under each launcher (with its option
+    that keeps the other ranks, and Open MPI and emulated jsrun without), and the default
+    hpc.hung-timeout: rank 0 names it in one line within
     the timeout, Dask recomputes its tasks elsewhere, the result is right and its worker is
     gone from the scheduler. Woken (SIGCONT) while the cluster still runs, the rank stops what
     it started and exits by itself, and its worker does not come back; the job then ends with
     COMMAND's status (0), nothing left."""
     hold, release = tmp_path / "hold.json", tmp_path / "release"
     job = [sys.executable, str(JOB), "compute", str(hold), str(release)]
-    run = start_keeping_ranks(name, request, cluster_env, tmp_path, job)
+    run = start(name, request, cluster_env, tmp_path, job)
     wait_for(hold.exists, 60, what="the computation under way")
     stopped = rank_processes(2)
     hung_at = time.monotonic()

@@ -158,3 +158,32 @@ def test_the_scheduler_removes_a_given_up_ranks_workers_and_refuses_their_names(
         os.close(read)
 
     asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_rank_hung_before_the_cluster_is_ready_fails_the_start_naming_it(capsys) -> None:
+    """Before "ready" a hung rank is not a warning (the cluster would never become ready): the
+    start fails with it named (``left_early``, which rank 0's start checks each turn)."""
+    from types import SimpleNamespace
+
+    from dask_hpc.roll_call import RollCall
+
+    plan = SimpleNamespace(hung_timeout=30.0, abort_on_node_loss=False,
+                           rank=SimpleNamespace(size=3))  # fmt: skip
+    roll = RollCall(plan)  # type: ignore[arg-type]
+    watched: dict[int, object] = {}
+    sup = SimpleNamespace(watch_ready=watched.__setitem__, unwatch=lambda fd: watched.pop(fd))
+    roll.open("tls://127.0.0.1:1", sup)  # type: ignore[arg-type]
+    assert roll.roster is not None and roll.roster.silence is not None
+    conn = roster.join(roll.roster.address, roll.roster.token, 2, 10)
+    try:
+        while 2 not in roll.roster.alive:
+            for callback in list(watched.values()):
+                callback()  # type: ignore[operator]
+        roll.roster.silence.heard(2, -100.0)  # as if its last beat was long ago
+        assert roll.newly_hung() == [2]
+        assert capsys.readouterr().err == ""  # not ready: no warning
+        assert roll.left_early() == (
+            "rank(s) [2] hung (no sign of life for 30 s) before the cluster was ready")
+    finally:
+        conn.close()
+        roll.roster.close()
