@@ -27,7 +27,7 @@ from .errors import StartupError, UsageError, say
 from .links import private_stream
 from .paths import SCHEDULER_FIX
 from .plan import Plan, ProcessSpec
-from .rank import Rank, exit_status, shell_code
+from .rank import SIGNAL_BUDGET, Rank, exit_status, shell_code
 from .roll_call import RollCall
 
 SHUTDOWN_GRACE = 30.0
@@ -222,8 +222,10 @@ class FirstRank(Rank):
         self.start_workers(self.info.address, tls)
         ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
         if not self._wait(ready, plan.timeout, progress=True, startup=True):
-            if self.sup.signals or self._scheduler_gone():
-                return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
+            if self.sup.signals:
+                return self._shutdown(128 + self.sup.signals[0], within=SIGNAL_BUDGET)
+            if self._scheduler_gone():
+                return self._shutdown(128 + signal.SIGTERM)
             missing = self.roll_call.missing_message(self.workers)
             return self._abort(self._startup_failure() or missing)
         jupyter_port = None
@@ -260,8 +262,7 @@ class FirstRank(Rank):
             if self.sup.signals:
                 sig = self.sup.signals[0]
                 say(f"received signal {sig}: shutting down")
-                self._stop_command(sig)
-                return self._shutdown(128 + sig)
+                return self._shutdown(128 + sig, within=SIGNAL_BUDGET, command_signal=sig)
             if self.command is not None:
                 code = self.command.poll()
                 if code is not None:
@@ -279,13 +280,13 @@ class FirstRank(Rank):
                 self._stop_command()
                 return self._shutdown(status)
 
-    def _stop_command(self, sig: int = signal.SIGTERM) -> None:
-        """Pass ``sig`` to COMMAND if it still runs; kill it after ``SHUTDOWN_GRACE``."""
+    def _stop_command(self, sig: int = signal.SIGTERM, grace: float = SHUTDOWN_GRACE) -> None:
+        """Pass ``sig`` to COMMAND if it still runs; kill it after ``grace`` seconds."""
         if self.command is None or self.command.poll() is not None:
             return
         self.command.send_signal(sig)
         try:
-            self.command.wait(SHUTDOWN_GRACE)
+            self.command.wait(grace)
         except subprocess.TimeoutExpired:
             self.command.kill()
             self.command.wait()
@@ -295,20 +296,35 @@ class FirstRank(Rank):
         self._shutdown(0)
         return StartupError.exit_code
 
-    def _shutdown(self, status: int) -> int:
+    def _shutdown(
+        self, status: int, within: float | None = None, command_signal: int | None = None
+    ) -> int:
         """Close every worker of every rank, see them go, then close the scheduler.
 
         Waiting for the workers first lets the other ranks end before this one: a launcher
         that kills the remaining ranks when one exits (srun --kill-on-bad-exit, Open MPI)
         then has nobody left to kill, and reports COMMAND's status.
+
+        ``within``: seconds for all of it (after a signal: ``SIGNAL_BUDGET``), each wait cut
+        to what is left, and what has not stopped by then is killed. ``command_signal``: pass
+        it to COMMAND first (the workers are told to close meanwhile).
         """
+        deadline = time.monotonic() + within if within is not None else None
+
+        def left(wait: float) -> float:
+            return wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic()))
+
         self.stopping = True
         self.release_host()
-        if self.workers and not self._scheduler_gone():
+        closing = bool(self.workers) and not self._scheduler_gone()
+        if closing:
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
+        if command_signal is not None:
+            self._stop_command(command_signal, left(SHUTDOWN_GRACE))
+        if closing:
             self._wait(
                 lambda: not self.workers,
-                self.plan.leave_timeout,
+                left(self.plan.leave_timeout),
                 interruptible=False,
             )
         # A worker being restarted (its task killed it) is unknown to the scheduler, which
@@ -322,9 +338,9 @@ class FirstRank(Rank):
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
         # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
         # roll call closed found srun still counting that rank, which it killed: exit 143).
-        self.roll_call.wait_until_gone(self._step)
+        self.roll_call.wait_until_gone(self._step, deadline)
         self.sup.signal_all(signal.SIGTERM, role="scheduler")
-        if not self.sup.wait_all(SHUTDOWN_GRACE):
+        if not self.sup.wait_all(left(SHUTDOWN_GRACE)):
             say("some processes did not stop in time and were killed")
         return status
 

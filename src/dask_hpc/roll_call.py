@@ -124,12 +124,15 @@ class RollCall:
         if self.roster:
             self.roster.say_stop()
 
-    def wait_until_gone(self, step: Callable[[float], None]) -> None:
-        """Wait for the other ranks to end (``step(timeout)``: the rank's loop, one turn); say
-        which are still running when the wait is over, and tell them rank 0 ends."""
+    def wait_until_gone(self, step: Callable[[float], None], by: float | None = None) -> None:
+        """Wait for the other ranks to end (``step(timeout)``: the rank's loop, one turn; ``by``:
+        a ``time.monotonic()`` to stop at, if sooner); say which are still running when the
+        wait is over, and tell them rank 0 ends."""
         deadline = time.monotonic() + self.plan.leave_timeout + RANK_KILL_MARGIN
+        deadline = deadline if by is None else min(deadline, by)
         while self.roster and self.roster.alive and time.monotonic() < deadline:
             step(min(0.5, deadline - time.monotonic()))
         if self.roster and self.roster.alive:
-            say(f"rank(s) {sorted(self.roster.alive)} still running after the shutdown")
+            alive = sorted(self.roster.alive)  # (10,000 ranks: a range, not 10,000 numbers)
+            say(f"rank(s) {roster.ranges(alive)} still running after the shutdown")
             self.roster.say_ended()

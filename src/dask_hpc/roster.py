@@ -275,10 +275,10 @@ def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:
         return f"rank {ranks[0]} on {hosts.get(ranks[0], '?')}"
     nodes = list(dict.fromkeys(hosts.get(rank, "?") for rank in ranks))
     listed = ", ".join(nodes[:shown]) + (", ..." if len(nodes) > shown else "")
-    return f"{len(ranks)} ranks ({_ranges(ranks)}) on {len(nodes)} node(s) ({listed})"
+    return f"{len(ranks)} ranks ({ranges(ranks)}) on {len(nodes)} node(s) ({listed})"
 
 
-def _ranges(numbers: list[int]) -> str:
+def ranges(numbers: list[int]) -> str:
     """``2-5, 9``: sorted numbers with their runs collapsed."""
     runs: list[list[int]] = []
     for n in sorted(numbers):

@@ -11,7 +11,7 @@ import time
 from . import children, roster, security
 from .connection import SchedulerInfo, poll_delays, read_scheduler_file
 from .errors import StartupError, say
-from .rank import Rank
+from .rank import SIGNAL_BUDGET, Rank
 
 
 class WorkerRank(Rank):
@@ -132,7 +132,7 @@ class WorkerRank(Rank):
                 self.beats.beat()
             self.sup.poll(self.beats.wait(1.0) if self.beats else 1.0)
             if self.sup.signals and not self.stopping:
-                self.stop()
+                self.stop(within=SIGNAL_BUDGET)
             if time.monotonic() >= self.kill_at:
                 # A nanny host that does not end (a Nanny stuck closing) would otherwise keep
                 # this rank, and the launcher's whole job, running until the walltime.
