@@ -209,12 +209,12 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
 
 class RankProcesses(threading.Thread):
     """What each simulated rank's own process does on the roll call (``worker_rank``), for every
-    rank of this simulator, in a thread of its own: read what rank 0 writes, beat as often as
-    it asked, and, given up as hung, have the rank's workers closed (on the event loop).
+    rank of this simulator, in a thread of its own: answer rank 0's ticks, and, given up as
+    hung, have the rank's workers closed (on the event loop).
 
     A thread, not the event loop: a real rank's process is not its workers' and never waits
     for them. On the simulators' event loop, which 250 workers share with ~40 other busy
-    processes on one core, the beats waited behind the workers' TLS handshakes: at 10,000
+    processes on one core, the answers waited behind the workers' TLS handshakes: at 10,000
     workers rank 0 gave simulated ranks up as hung while they started.
     """
 
@@ -227,13 +227,12 @@ class RankProcesses(threading.Thread):
         self.roster, self.loop = roster, loop
         self.selector = selectors.DefaultSelector()
         self.lock = threading.Lock()
-        self.ranks: dict = {}  # fd -> (conn, what rank 0 said, beats, workers)
+        self.ranks: dict = {}  # fd -> (conn, what rank 0 said, workers)
         self.done = threading.Event()
 
     def add(self, conn, workers: list) -> None:  # type: ignore[no-untyped-def]
         with self.lock:
-            self.ranks[conn.fileno()] = (conn, self.roster.FromRank0(),
-                                         self.roster.Beats(conn.fileno()), workers)  # fmt: skip
+            self.ranks[conn.fileno()] = (conn, self.roster.FromRank0(), workers)
             self.selector.register(conn.fileno(), 1)
 
     def remove(self, conn) -> None:  # type: ignore[no-untyped-def]
@@ -244,15 +243,12 @@ class RankProcesses(threading.Thread):
     def run(self) -> None:
         while not self.done.is_set():
             with self.lock:
-                ready = self.selector.select(0) if self.ranks else []
-                for key, _ in ready:
+                for key, _ in self.selector.select(0) if self.ranks else []:
                     self._read(key.fd)
-                for _, _, beats, _ in self.ranks.values():
-                    beats.beat()
-            self.done.wait(0.2)  # a rank's loop turn (beats are seconds apart)
+            self.done.wait(0.1)  # a rank's loop turn (ticks are seconds apart)
 
     def _read(self, fd: int) -> None:
-        conn, said, beats, workers = self.ranks[fd]
+        conn, said, workers = self.ranks[fd]
         try:
             data = conn.recv(256)
         except BlockingIOError:
@@ -263,9 +259,10 @@ class RankProcesses(threading.Thread):
             self.selector.unregister(fd)
             del self.ranks[fd]
             return
+        given_up = said.given_up
         said.feed(data)
-        beats.every = None if said.given_up is not None else said.beat_every
-        if said.given_up is not None:
+        self.roster.answer(fd, said)
+        if said.given_up is not None and given_up is None:
             for worker in workers:
                 self.loop.call_soon_threadsafe(
                     asyncio.ensure_future, worker.close(reason="dask-hpc-given-up"))

@@ -10,21 +10,24 @@ gives a worker up (``distributed.scheduler.worker-ttl``, 5 minutes, checked once
 hung worker goes after 5 to 10 minutes, measured 593 s at 200 workers), or it would drop busy
 workers. A rank's own process (``start-cluster``) never runs user code: it waits in its
 single-threaded loop for its children, signals and the roll call. So it answers whatever its
-workers do, and its silence means the node's processes make no progress at all. Its beats are
-a few bytes on the connection it already holds to rank 0's process (not the scheduler's), so
+workers do, and its silence means the node's processes make no progress at all. What it says
+is a few bytes on the connection it already holds to rank 0's process (not the scheduler's), so
 the scheduler's event loop, the thing that grows busy with the cluster, takes no part.
 
-How often: a rank beats ``HUNG_BEATS`` times per timeout, so one that its node's load stalls
-for up to ``timeout - interval`` seconds (25 s of 30) is still heard; with many ranks the
-interval grows so rank 0 reads at most ``BEATS_PER_SECOND`` beats a second (10,000 ranks: one
-beat each 10 s, up to a third of the timeout). Rank 0 checks right after it has read what
-arrived, and after a stall of its own (its node loaded) gives every rank one more interval to
-be heard before it counts their silence.
+How: rank 0 sends every rank a numbered tick every ``interval`` seconds (``timeout /
+HUNG_TICKS``, longer with many ranks so rank 0 sends and reads at most ``TICKS_PER_SECOND``:
+10,000 ranks, a tick each 10 s, never over a third of the timeout), and a rank's loop answers
+each one it reads with its number. When it is time for the next tick, a rank that has answered
+none of the ticks of the last ``timeout`` seconds is hung: it answered tick j, and the ticks of
+the ``timeout`` seconds since went unanswered, so it hung 25 to 30 s before (timeout 30).
+Counting ticks, not seconds, keeps rank 0's own stalls out of it (its node loaded: no ticks go
+out meanwhile, and the ranks answer the next); ranks that hung together are found at the same
+tick, and named in one line; a rank that its node's load keeps off the CPU for less than
+``timeout - interval`` seconds answers in time (it answers the newest tick it reads).
 """
 
 from __future__ import annotations
 
-import collections
 import math
 
 from . import config
@@ -33,8 +36,8 @@ from .errors import UsageError
 SETTING = "hpc.hung-timeout"
 ENV = "DASK_HPC__HUNG_TIMEOUT"
 MIN_TIMEOUT = 5.0  # below it, a rank that a busy node keeps off the CPU for seconds is given up
-HUNG_BEATS = 6  # beats per timeout, at least 3 (see beat_interval)
-BEATS_PER_SECOND = 1000  # what rank 0's process reads at most, all ranks together
+HUNG_TICKS = 6  # ticks per timeout (see tick_interval)
+TICKS_PER_SECOND = 1000  # what rank 0's process sends (and reads) at most, all ranks together
 
 
 def hung_timeout(value: object = None) -> float | None:
@@ -58,57 +61,45 @@ def hung_timeout(value: object = None) -> float | None:
     return seconds
 
 
-def beat_interval(timeout: float, ranks: int) -> float:
-    """Seconds between a rank's beats: ``timeout / HUNG_BEATS``, longer with many ranks (rank
-    0 reads ``BEATS_PER_SECOND`` at most), never over a third of the timeout."""
-    return min(timeout / 3, max(timeout / HUNG_BEATS, ranks / BEATS_PER_SECOND))
+def tick_interval(timeout: float, ranks: int) -> float:
+    """Seconds between ticks: ``timeout / HUNG_TICKS``, longer with many ranks (rank 0 sends
+    ``TICKS_PER_SECOND`` at most), never over a third of the timeout."""
+    return min(timeout / 3, max(timeout / HUNG_TICKS, ranks / TICKS_PER_SECOND))
 
 
-class Silence:
-    """Rank 0's account of when it last heard each rank; which are silent for ``timeout``.
-
-    Ranks are kept in the order they were last heard (an ``OrderedDict``, moved to its end
-    when heard), so each check looks only at the longest silent: O(1) per beat and per check,
-    whatever the number of ranks.
-    """
+class Ticks:
+    """Rank 0's ticks: their numbers, and the last one each rank answered."""
 
     def __init__(self, timeout: float, interval: float) -> None:
         self.timeout = timeout
         self.interval = interval
-        self.heard_at: collections.OrderedDict[int, float] = collections.OrderedDict()
-        self.last_check: float | None = None
-        self.grace_until = 0.0
+        # A hung rank leaves this many ticks in a row unanswered when the next is due: the
+        # ticks of the last ``timeout`` seconds but the one that is due.
+        self.misses = max(2, round(timeout / interval) - 1)
+        self.number = 0  # the last tick sent
+        self.answered: dict[int, int] = {}  # rank -> the last tick it answered
+        self.next_at = 0.0  # time.monotonic() of the next tick
 
-    def heard(self, rank: int, now: float) -> None:
-        """``rank`` said something (a beat, anything) at ``now``."""
-        self.heard_at[rank] = now
-        self.heard_at.move_to_end(rank)
+    def joined(self, rank: int) -> None:
+        """``rank`` joined: as good as an answer to the last tick."""
+        self.answered[rank] = self.number
+
+    def answer(self, rank: int, number: int) -> None:
+        """``rank`` answered tick ``number`` (a late answer to an older one changes nothing)."""
+        if rank in self.answered:
+            self.answered[rank] = max(self.answered[rank], min(number, self.number))
 
     def forget(self, rank: int) -> None:
         """``rank`` is gone (ended, lost, given up): its silence no longer counts."""
-        self.heard_at.pop(rank, None)
+        self.answered.pop(rank, None)
 
-    def hung(self, now: float) -> list[int]:
-        """The ranks not heard from for ``timeout`` s by ``now`` (call it right after reading
-        what arrived). They are forgotten: each is returned once."""
-        if self.last_check is not None and now - self.last_check > self.interval:
-            # Rank 0 itself did not run for a while (its node loaded): what the ranks sent
-            # meanwhile has just been read; give those that send next one more interval.
-            self.grace_until = now + self.interval
-        self.last_check = now
-        if now < self.grace_until:
-            return []
-        silent = []
-        for rank, at in self.heard_at.items():
-            if now - at < self.timeout:
-                break
-            silent.append(rank)
-        for rank in silent:
-            del self.heard_at[rank]
-        return silent
-
-    def next_due(self) -> float | None:
-        """When the longest-silent rank will have been silent for ``timeout`` (None: none)."""
-        for at in self.heard_at.values():
-            return max(at + self.timeout, self.grace_until)
-        return None
+    def tick(self, now: float) -> tuple[int, list[int]]:
+        """The next tick is due (``now >= next_at``; call it right after reading what arrived):
+        the ranks that answered none of the last ``misses`` ticks (forgotten: each is returned
+        once), and the number of the tick to send now."""
+        hung = [rank for rank, n in self.answered.items() if self.number - n >= self.misses]
+        for rank in hung:
+            del self.answered[rank]
+        self.number += 1
+        self.next_at = now + self.interval
+        return self.number, hung

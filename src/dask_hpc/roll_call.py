@@ -38,11 +38,11 @@ class RollCall:
         if self.plan.rank.size > 1:
             host = address.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
             timeout = self.plan.hung_timeout
-            silence = None
+            ticks = None
             if timeout:
-                interval = liveness.beat_interval(timeout, self.plan.rank.size)
-                silence = liveness.Silence(timeout, interval)
-            self.roster = roster.Roster(host, sup.watch_ready, sup.unwatch, silence)
+                interval = liveness.tick_interval(timeout, self.plan.rank.size)
+                ticks = liveness.Ticks(timeout, interval)
+            self.roster = roster.Roster(host, sup.watch_ready, sup.unwatch, ticks)
 
     def left_early(self) -> str | None:
         """Why the cluster cannot become ready, if a rank already exited or hung."""
@@ -56,21 +56,26 @@ class RollCall:
         return None
 
     def newly_hung(self) -> list[int]:
-        """Ranks silent for ``hpc.hung-timeout`` (call it right after reading what arrived):
-        given up (told, their connections closed), said once, returned once."""
-        silence = self.roster.silence if self.roster else None
-        if silence is None:
+        """When a tick is due (call it right after reading what arrived): the ranks that
+        answered no tick for ``hpc.hung-timeout``, given up (told, their connections closed),
+        said once, returned once; then the tick goes to the others."""
+        ticks = self.roster.ticks if self.roster else None
+        now = time.monotonic()
+        if ticks is None or now < ticks.next_at:
             return []
         assert self.roster is not None
-        hung = [rank for rank in silence.hung(time.monotonic()) if rank in self.roster.alive]
+        number, hung = ticks.tick(now)
+        hung = [rank for rank in hung if rank in self.roster.alive]
+        if hung:
+            self.roster.give_up(hung, ticks.timeout)
+        self.roster.tick(number)
         if not hung:
             return []
-        self.roster.give_up(hung, silence.timeout)
         if not self.ready:  # the start fails, naming them (left_early)
             return hung
         where = roster.where_lost(hung, self.roster.hosts)
         its = "its" if len(hung) == 1 else "their"
-        what = f"{where} hung (no sign of life for {silence.timeout:g} s)"
+        what = f"{where} hung (no sign of life for {ticks.timeout:g} s)"
         if self.plan.abort_on_node_loss:
             say(f"error: {what}: stopping the cluster")
         else:
@@ -81,9 +86,9 @@ class RollCall:
         return hung
 
     def next_check(self) -> float | None:
-        """When a rank may next be found hung (``time.monotonic()``; None: none can be)."""
-        silence = self.roster.silence if self.roster else None
-        return silence.next_due() if silence else None
+        """When the next tick is due (``time.monotonic()``; None: no ticks)."""
+        ticks = self.roster.ticks if self.roster else None
+        return ticks.next_at if ticks else None
 
     def missing_message(self, workers: Mapping[str, str]) -> str:
         """Which ranks sent no worker of ``workers`` (address -> name), when time ran out."""

@@ -10,30 +10,28 @@ the cluster's token (from the scheduler file, readable by the owner only), its r
 Both ends turn on TCP keepalive: a node that dies without closing its connections (power lost,
 kernel panic) is noticed within ``KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL`` s,
 however busy the processes at either end are (the kernels answer the probes). A node that
-hangs keeps them open (its kernel answers): with ``hpc.hung-timeout`` rank 0 tells each rank
-as it joins how often to say it is alive (``beat SECONDS``), and gives up a rank it has not
-heard from for that long (``liveness.py``): it writes ``given-up SECONDS`` to it and closes
-the connection, so that the rank, if it ever runs again, stops what it started.
-
-What rank 0 says is read line by line (``FromRank0``); what a rank says, any bytes, is a sign
-of life.
+hangs keeps them open (its kernel answers): with ``hpc.hung-timeout`` rank 0 sends every rank
+a numbered tick (``tick N``) every few seconds, each rank answers it (``beat N``), and rank 0
+gives up a rank that answered none for that long (``liveness.py``): it writes ``given-up
+SECONDS`` to it and closes the connection, so that the rank, if it ever runs again, stops what
+it started. What rank 0 says is read line by line (``FromRank0``).
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+import re
 import secrets
 import socket
-import time
 from collections.abc import Callable
 
-from .liveness import Silence
+from .liveness import Ticks
 
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
 STOP = b"stop\n"  # rank 0 to every rank once the scheduler closed the workers it knows
 BYE = b"bye\n"  # a rank to rank 0 as it ends on its own (its workers retired or stopped)
-BEAT = b"beat\n"  # a rank to rank 0: alive (every interval rank 0 gave it, ``beat SECONDS``)
+_BEAT = re.compile(rb"beat (\d+)")  # a rank to rank 0: ``beat N``, its answer to tick N
 KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3  # probes unanswered: the peer is gone (25 s in all)
@@ -59,9 +57,9 @@ class Roster:
         host: str,
         watch: Callable[[int, Callable[[], None]], None],
         unwatch: Callable[[int], None],
-        silence: Silence | None = None,
+        ticks: Ticks | None = None,
     ) -> None:
-        self.silence = silence  # when each rank was last heard (None: no hung-rank check)
+        self.ticks = ticks  # the ticks each rank answered (None: no hung-rank check)
         self.given_up: list[int] = []  # ranks given up as hung, in that order
         self.token = secrets.token_hex(16)
         self.listener = socket.create_server((host, 0), backlog=4096)
@@ -109,9 +107,8 @@ class Roster:
                 self.alive[int(rank)] = conn
                 self.hosts[int(rank)] = host or "?"
                 self._ranks[fd] = (int(rank), conn)
-                if self.silence is not None:
-                    self.silence.heard(int(rank), time.monotonic())
-                    self._send(conn, f"beat {self.silence.interval:g}\n".encode())
+                if self.ticks is not None:
+                    self.ticks.joined(int(rank))
                 return
             self._drop(fd, conn)
             return
@@ -123,8 +120,9 @@ class Roster:
             if data:
                 if BYE in data:
                     self.said_bye.add(rank)
-                if self.silence is not None:  # a bye too: it ends, and says so
-                    self.silence.heard(rank, time.monotonic())
+                if self.ticks is not None:  # (a beat split over two reads: the next one counts)
+                    for number in _BEAT.findall(data):
+                        self.ticks.answer(rank, int(number))
                 return
         except BlockingIOError:
             return
@@ -134,8 +132,8 @@ class Roster:
         if self.alive.get(rank) is conn:
             del self.alive[rank]
             self.left.append(rank)
-        if self.silence is not None:
-            self.silence.forget(rank)
+        if self.ticks is not None:
+            self.ticks.forget(rank)
         self._drop(fd, conn)
 
     def give_up(self, ranks: list[int], seconds: float) -> None:
@@ -160,6 +158,10 @@ class Roster:
     def lost(self) -> list[int]:
         """Ranks that went without saying so: killed, or their node died."""
         return [rank for rank in self.left if rank not in self.said_bye]
+
+    def tick(self, number: int) -> None:
+        """Send tick ``number`` to every rank (each answers ``beat NUMBER``)."""
+        self._say(f"tick {number}\n".encode())
 
     def say_ended(self) -> None:
         """Tell the ranks still connected that rank 0 ends without them (best effort)."""
@@ -216,7 +218,7 @@ class FromRank0:
         self._buffer = b""
         self.stop = False  # the cluster ends: stop what the scheduler could not close
         self.ended = False  # rank 0 ends without waiting for this rank any longer
-        self.beat_every: float | None = None  # seconds between beats (None: no beats)
+        self.tick: int | None = None  # the newest tick read, not yet answered
         self.given_up: float | None = None  # rank 0 gave this rank up after that silence
 
     def feed(self, data: bytes) -> None:
@@ -228,8 +230,8 @@ class FromRank0:
                 self.stop = True
             elif word == ENDED.strip().decode():
                 self.ended = True
-            elif word == "beat" and _seconds(value):
-                self.beat_every = _seconds(value)
+            elif word == "tick" and value.isdigit():
+                self.tick = int(value)
             elif word == "given-up":
                 self.given_up = _seconds(value) or 0.0
 
@@ -241,30 +243,16 @@ def _seconds(text: str) -> float | None:
         return None
 
 
-class Beats:
-    """A rank's beats to rank 0, on its roll-call descriptor ``fd``, once rank 0 asked."""
-
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
-        self.every: float | None = None
-        self.next_at = 0.0
-
-    def wait(self, longest: float) -> float:
-        """How long the rank's loop may wait before the next beat is due (``longest`` at most)."""
-        if self.every is None:
-            return longest
-        return max(0.0, min(longest, self.next_at - time.monotonic()))
-
-    def beat(self) -> None:
-        """Say this rank is alive, if a beat is due (call it on every turn of the rank's loop)."""
-        now = time.monotonic()
-        if self.every is None or now < self.next_at:
-            return
-        self.next_at = now + self.every
-        try:
-            os.write(self.fd, BEAT)
-        except (BlockingIOError, OSError):  # full (rank 0 does not read) or gone: said elsewhere
-            pass
+def answer(fd: int, said: FromRank0) -> None:
+    """A rank's answer to the newest tick rank 0 sent (``said.tick``), on its roll-call
+    descriptor ``fd``, if one came since the last answer."""
+    if said.tick is None or said.given_up is not None:
+        return
+    try:
+        os.write(fd, f"beat {said.tick}\n".encode())
+    except OSError:  # full (rank 0 does not read) or gone: said elsewhere
+        pass
+    said.tick = None
 
 
 def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:

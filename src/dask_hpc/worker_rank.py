@@ -1,6 +1,6 @@
 """Any rank but 0: wait for the scheduler file, join the roll call, start this rank's workers,
 run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost, or rank 0 gave
-this rank up as hung); meanwhile say on the roll call that this rank is alive."""
+this rank up as hung); meanwhile answer rank 0's ticks on the roll call: this rank is alive."""
 
 from __future__ import annotations
 
@@ -21,7 +21,6 @@ class WorkerRank(Rank):
     workers_killed = False  # its workers outlasted the wait after SIGTERM
     given_up = False  # rank 0 gave this rank up as hung (it ran again: it stops)
     roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
-    beats: roster.Beats | None = None
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
         plan = self.plan
@@ -80,15 +79,15 @@ class WorkerRank(Rank):
         # while this rank was still shutting down its interpreter, and `srun
         # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
         self.roster_fd = os.dup(conn.fileno())
-        self.beats = beats = roster.Beats(self.roster_fd)
         said = roster.FromRank0()
+        fd = self.roster_fd
 
         def on_data() -> None:
             try:
                 data = conn.recv(256)
                 if data:
                     said.feed(data)
-                    beats.every = said.beat_every
+                    roster.answer(fd, said)  # a tick: this rank is alive
                     if said.given_up is not None and not self.given_up:
                         self._on_given_up(said.given_up)
                     if said.stop:  # the cluster ends
@@ -118,8 +117,6 @@ class WorkerRank(Rank):
         It ran again: it stops what it started and ends, with status 0, as a retired rank does,
         so that a launcher that ends the job when a rank fails keeps it (rank 0 said why)."""
         self.given_up = True
-        if self.beats is not None:
-            self.beats.every = None  # its connection is closed
         say(
             f"warning: rank 0 gave this rank up (no sign of life from it for {seconds:g} s: its "
             "node hung, or its processes were stopped): stopping its workers"
@@ -128,9 +125,7 @@ class WorkerRank(Rank):
 
     def _until_done(self, info: SchedulerInfo) -> int:
         while self.sup.children:
-            if self.beats is not None:
-                self.beats.beat()
-            self.sup.poll(self.beats.wait(1.0) if self.beats else 1.0)
+            self.sup.poll(1.0)
             if self.sup.signals and not self.stopping:
                 self.stop(within=SIGNAL_BUDGET)
             if time.monotonic() >= self.kill_at:
