@@ -90,16 +90,24 @@ class GivenUp:
                  for name in names)  # fmt: skip
         addresses = [address for address in found if address is not None]
         stimulus_id = f"{REASON}-{time.time()}"
+        streams = []
         for address in addresses:
             stream = scheduler.stream_comms.get(address)
             await scheduler.remove_worker(address, stimulus_id=stimulus_id, close=True)
             if stream is not None:
-                # Dask leaves the worker's connection open for the worker to close when it
-                # reads its "close": a hung worker never does, and when the scheduler itself
-                # closed, the wait on it ended in a CancelledError traceback. The "close" goes
-                # out first (the hung node's kernel still takes it), then the connection ends.
-                try:
-                    await stream.close(timeout=CLOSE_TIMEOUT)
-                except Exception:  # noqa: BLE001 - not flushed in time: cut it off
-                    stream.abort()
+                streams.append(stream)
+        # Dask leaves a removed worker's connection open for the worker to close when it reads
+        # its "close": a hung worker never does, and when the scheduler itself closed, the wait
+        # on it ended in a CancelledError traceback. So the "close" goes out first (the hung
+        # node's kernel still takes it), then each connection ends; all of them together,
+        # after every removal (one after another, 10 hung workers' closes held up their
+        # removals for 23 s at 1,000 workers).
+        await asyncio.gather(*(self._end(stream) for stream in streams))
         return addresses
+
+    @staticmethod
+    async def _end(stream: Any) -> None:
+        try:
+            await stream.close(timeout=CLOSE_TIMEOUT)
+        except Exception:  # noqa: BLE001 - not flushed in time: cut it off
+            stream.abort()
