@@ -142,7 +142,7 @@ def job_main(args: argparse.Namespace) -> int:
         return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers))
 
     out["workers_before"] = workers()
-    tasks = args.tasks_per_worker * out["workers_before"]
+    tasks = round(args.tasks_per_worker * out["workers_before"])
     out["tasks"] = tasks
     out["started"] = time.time()
     futures = client.map(work, range(tasks), seconds=args.task_seconds, pure=False)
@@ -567,9 +567,9 @@ def report(results: list[dict]) -> None:
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_job":
         p = argparse.ArgumentParser()
-        for name in ("sims", "tasks-per-worker", "lost"):
+        for name in ("sims", "lost"):
             p.add_argument(f"--{name}", type=int, required=True)
-        for name in ("task-seconds", "timeout"):
+        for name in ("tasks-per-worker", "task-seconds", "timeout"):
             p.add_argument(f"--{name}", type=float, required=True)
         for name in ("settled-dir", "go", "out"):
             p.add_argument(f"--{name}", required=True)
@@ -589,7 +589,10 @@ def main() -> int:
     parser.add_argument("--stall", type=float, default=10.0,
                         help="seconds the stuck ranks stay stopped after every other worker "
                         "has sent its first heartbeat")  # fmt: skip
-    parser.add_argument("--tasks-per-worker", type=int, default=5)
+    parser.add_argument("--tasks-per-worker", type=float, default=5,
+                        help="tasks per worker (0.1 at 10,000 workers: each task runs in its "
+                        "simulated worker's thread pool, and 10,000 threads at once on this "
+                        "machine drove its load average past 2,000)")  # fmt: skip
     parser.add_argument("--task-seconds", type=float, default=1.0)
     parser.add_argument("--no-pin", dest="pin", action="store_false",
                         help="rank 0 and the simulated ranks share every CPU (by default rank "
