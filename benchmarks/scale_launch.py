@@ -231,9 +231,11 @@ class Launch:
     def procs(self) -> list[subprocess.Popen]:
         return [p for p in [self.rank0, *(s for s, _ in self.sims)] if p is not None]
 
-    def reap(self, timeout: float) -> tuple[dict[int, float], dict[int, resource.struct_rusage]]:
+    def reap(
+        self, timeout: float, statuses: dict[int, int] | None = None
+    ) -> tuple[dict[int, float], dict[int, resource.struct_rusage]]:
         """Wait for every process (at most ``timeout`` s: then kill them all and raise); when
-        each ended, and its resource usage."""
+        each ended, and its resource usage (and in ``statuses``, its exit status)."""
         ends: dict[int, float] = {}
         usage: dict[int, resource.struct_rusage] = {}
 
@@ -241,6 +243,8 @@ class Launch:
             _, status, ru = os.wait4(pid, 0)
             ends[pid] = time.time()
             usage[pid] = ru
+            if statuses is not None:
+                statuses[pid] = os.waitstatus_to_exitcode(status)
 
         procs = self.procs()
         reapers = [threading.Thread(target=reap, args=(p.pid,)) for p in procs]

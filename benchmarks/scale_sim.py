@@ -1,7 +1,8 @@
 """Simulated ranks for benchmarks/scale.py and scale_faults.py: many ranks to a process.
 
 Each simulated rank polls the real scheduler file with the real reader and the real jittered
-intervals (``connection.poll_delays``), answers the real roll call (``roster.join``) and starts
+intervals (``connection.poll_delays``), answers the real roll call (``roster.join``, then the
+beats rank 0 asks for, ``roster.Beats``, and a ``given-up`` closes its workers) and starts
 its workers as start-cluster's own worker class (``dask_hpc.worker.HpcWorker``) sharing the
 process's event loop (no Nanny, profiling off, the system monitor every 10 s: the lightest
 worker that still registers, heartbeats and is closed by the scheduler). It closes its
@@ -26,7 +27,9 @@ import gc
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -92,6 +95,12 @@ class InlineExecutor(concurrent.futures.Executor):
         return future
 
 
+# The thread that does what each rank's own process does (see sim_main).
+RANK_PROCESSES: list[RankProcesses] = []
+# Every worker of this process's ranks, for SIGTERM (see sim_main); whether it came.
+ALL_WORKERS: list = []
+TERMINATED: list[bool] = []
+
 # The address the current simulated rank connects from (each rank's coroutine, and every task
 # and callback it starts, runs in a context of its own).
 _SOURCE: contextvars.ContextVar[str | None] = contextvars.ContextVar("sim_source", default=None)
@@ -144,9 +153,13 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
         info = connection.read_scheduler_file(path, info_rank.launch_id)
         if info is not None:
             break
+        if TERMINATED:
+            return
         await asyncio.sleep(next(delays))
     stats["found"] = max(stats["found"], time.time())
     conn = roster.join(info.roster, info.token, rank, 60, source=host)
+    workers: list = []
+    RANK_PROCESSES[0].add(conn, workers)
     tls = info.tls
     security = Security(
         tls_ca_file=str(tls.ca),
@@ -154,7 +167,6 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
         tls_worker_key=str(tls.key),
         require_encryption=True,
     )
-    workers = []
     for i in range(args.per_rank):
         name = f"{rank}-{i}" if args.per_rank > 1 else str(rank)
         stats["last_start"] = max(stats["last_start"], time.time())
@@ -173,6 +185,10 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
                 **({} if args.task_threads else {"executor": InlineExecutor()}),
             )
         )
+    ALL_WORKERS.extend(workers)
+    if TERMINATED:  # the signal came while they were made
+        for worker in workers:
+            asyncio.ensure_future(worker.close(reason="start-cluster-signal"))
     # Dask adds a log handler per Worker object to the "distributed.worker" logger: with 250
     # Workers in one process every record would reach 250 handlers (O(W^2) per process, which a
     # real worker, alone in its process, does not pay). Measured at 1,000 workers: 761 heartbeat
@@ -187,7 +203,69 @@ async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Calla
     # workers (gc.freeze: O(1)).
     gc.freeze()
     await asyncio.gather(*(w.finished() for w in workers))
+    RANK_PROCESSES[0].remove(conn)
     conn.close()  # this rank "exits": rank 0's roll call sees it go
+
+
+class RankProcesses(threading.Thread):
+    """What each simulated rank's own process does on the roll call (``worker_rank``), for every
+    rank of this simulator, in a thread of its own: answer rank 0's ticks, and, given up as
+    hung, have the rank's workers closed (on the event loop).
+
+    A thread, not the event loop: a real rank's process is not its workers' and never waits
+    for them. On the simulators' event loop, which 250 workers share with ~40 other busy
+    processes on one core, the answers waited behind the workers' TLS handshakes: at 10,000
+    workers rank 0 gave simulated ranks up as hung while they started.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(daemon=True)
+        import selectors
+
+        from dask_hpc import roster
+
+        self.roster, self.loop = roster, loop
+        self.selector = selectors.DefaultSelector()
+        self.lock = threading.Lock()
+        self.ranks: dict = {}  # fd -> (conn, what rank 0 said, workers)
+        self.done = threading.Event()
+
+    def add(self, conn, workers: list) -> None:  # type: ignore[no-untyped-def]
+        with self.lock:
+            self.ranks[conn.fileno()] = (conn, self.roster.FromRank0(), workers)
+            self.selector.register(conn.fileno(), 1)
+
+    def remove(self, conn) -> None:  # type: ignore[no-untyped-def]
+        with self.lock:
+            if self.ranks.pop(conn.fileno(), None) is not None:
+                self.selector.unregister(conn.fileno())
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            with self.lock:
+                for key, _ in self.selector.select(0) if self.ranks else []:
+                    self._read(key.fd)
+            self.done.wait(0.1)  # a rank's loop turn (ticks are seconds apart)
+
+    def _read(self, fd: int) -> None:
+        conn, said, workers = self.ranks[fd]
+        try:
+            data = conn.recv(256)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:  # rank 0 closed it (it ends, or gave this rank up)
+            self.selector.unregister(fd)
+            del self.ranks[fd]
+            return
+        given_up = said.given_up
+        said.feed(data)
+        self.roster.answer(fd, said)
+        if said.given_up is not None and given_up is None:
+            for worker in workers:
+                self.loop.call_soon_threadsafe(
+                    asyncio.ensure_future, worker.close(reason="dask-hpc-given-up"))
 
 
 TIDY_EVERY = 30.0  # s between a simulator's collect-and-freeze (see sim_main)
@@ -213,6 +291,15 @@ async def sim_main(args: argparse.Namespace) -> int:
     tidy = asyncio.ensure_future(collect_and_freeze())
     connect_from_rank_address()
     stats = {"reads": 0, "found": 0.0, "last_start": 0.0, "first_poll": time.time(), "beats": 0}
+
+    def terminate() -> None:  # as a rank told SIGTERM by the batch system: close its workers
+        TERMINATED.append(True)
+        for worker in ALL_WORKERS:
+            asyncio.ensure_future(worker.close(reason="start-cluster-signal"))
+
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, terminate)
+    RANK_PROCESSES.append(RankProcesses(asyncio.get_running_loop()))
+    RANK_PROCESSES[0].start()
     ranks = range(args.first, args.first + args.count)
 
     def beat() -> None:  # every worker of this simulator has sent a heartbeat: tell the job

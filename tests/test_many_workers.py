@@ -148,3 +148,62 @@ def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
 
     asyncio.run(asyncio.wait_for(run(), 60))
     assert freezes and not any(freezes)
+
+
+
+def test_root_tasks_without_queuing_stop_at_the_first_unbeatable_idle_worker(monkeypatch) -> None:
+    """``worker-saturation: inf``: Dask picks a worker for each share of a root task group by a
+    min over every idle worker (O(W) per pick, O(W^2) per group); ``IdleWorkers`` hands ``min``
+    the workers up to the first one nothing can beat. Real scheduler, 40 workers, the first two
+    in Dask's order holding data (not the least): every pick is the one Dask's min over all
+    idle workers gives, a pick costs a few objectives instead of up to 40, the result is right."""
+    import dask
+    from sortedcontainers import SortedDict
+
+    async def run() -> dict:
+        config = {"distributed.scheduler.worker-saturation": float("inf")}
+        with dask.config.set(config):
+            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+                many_workers.install(scheduler)
+                workers = [Worker(scheduler.address, nthreads=1, host="127.0.0.1")
+                           for _ in range(40)]  # fmt: skip
+                await asyncio.gather(*workers)
+                async with Client(scheduler.address, asynchronous=True) as client:
+                    holders = sorted(scheduler.workers)[:2]
+                    held = [client.submit(bytes, 1000, workers=[a], pure=False) for a in holders]
+                    await client.gather(held)
+                    objective, decide = (scheduler.worker_objective,
+                                         scheduler.decide_worker_rootish_queuing_disabled)
+                    seen = {"calls": 0, "picks": 0, "wrong": []}
+
+                    def counting(ts, ws):  # type: ignore[no-untyped-def]
+                        seen["calls"] += 1
+                        return objective(ts, ws)
+
+                    def checked(ts):  # type: ignore[no-untyped-def]
+                        lws, group = ts.group.last_worker, ts.group
+                        reuse = (lws and group.last_worker_tasks_left
+                                 and scheduler.workers.get(lws.address) is lws)
+                        pool = list(SortedDict.values(scheduler.idle)) or scheduler.running
+                        dasks = min(pool, key=lambda ws: objective(ts, ws))
+                        ws = decide(ts)
+                        if not reuse:
+                            seen["picks"] += 1
+                            if ws is not dasks:
+                                seen["wrong"].append((ws, dasks))
+                        return ws
+
+                    monkeypatch.setattr(scheduler, "worker_objective", counting)
+                    monkeypatch.setattr(scheduler, "decide_worker_rootish_queuing_disabled",
+                                        checked)  # fmt: skip
+                    futures = client.map(lambda i: i * i, range(400), pure=False)
+                    total = await client.submit(sum, futures)
+                    monkeypatch.undo()
+                await asyncio.gather(*(w.close() for w in workers))
+                return {"total": total, **seen}
+
+    seen = asyncio.run(asyncio.wait_for(run(), 120))
+    assert seen["total"] == sum(i * i for i in range(400))
+    assert seen["wrong"] == []
+    assert seen["picks"] >= 30  # 400 tasks in shares of 10 over 40 workers
+    assert seen["calls"] <= 8 * seen["picks"], seen  # Dask alone: up to 40 per pick

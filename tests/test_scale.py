@@ -296,6 +296,27 @@ def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> 
     assert any(key.endswith("workers lost before COMMAND's end") for key in rows)
 
 
+def test_the_scale_stop_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
+    """benchmarks/scale_stop.py (docs/scale.md) at 30 workers, stopped the three ways: COMMAND's
+    exit (rank 0 exits 0), SIGTERM to every process as scancel sends it and to the ranks alone
+    as mpiexec forwards it (rank 0 exits 143); every time nothing is left in rank 0's
+    directories (the timings are printed against the goals, not asserted)."""
+    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_stop.py"
+    result = run_cmd([sys.executable, str(bench), "--workers", "30"], env=cluster_env,
+                     timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows: dict[str, list[str]] = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("| "):
+            label, *cells = (cell.strip() for cell in line.strip().strip("|").split("|"))
+            rows.setdefault(label, cells)
+    assert rows[""] == ["W=30, COMMAND exits", "W=30, SIGTERM to every process",
+                        "W=30, SIGTERM to every rank's own process"]  # fmt: skip
+    assert rows["rank 0's exit status"] == ["0", "143", "143"]
+    assert rows["left in rank 0's directories"] == ["nothing"] * 3
+    assert all(float(cell) > 0 for cell in rows["stop -> rank 0 exited (s)"])
+
+
 # The scheduler loop's CPU per join at 2,000 workers may be at most this many times its value
 # at 500, measured in one test (same machine, same load). See docs/scale.md: a cost that grows
 # with W per join (Dask's version check before 2026-11-23: 2x at 2,000 workers; its dictionary

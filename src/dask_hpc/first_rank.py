@@ -3,8 +3,9 @@ the scheduler file, starts its own workers, waits until every worker of every ra
 prints the ready block, runs COMMAND, and shuts everything down in order when COMMAND ends,
 a signal comes, the scheduler goes, or (with ``--abort-on-node-loss``) a rank is lost.
 
-What it knows of the other ranks (lost, gone before ready, waited for at shutdown) is the
-roll call's (``roll_call.py``).
+What it knows of the other ranks (lost, hung, gone before ready, waited for at shutdown) is the
+roll call's (``roll_call.py``). A rank given up as hung has its workers removed by the
+scheduler, told over a pipe (``given_up.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from . import children, flux_job, nanny_host, private, roster, security
+from . import children, flux_job, given_up, nanny_host, private, roster, security
 from .banner import ready_message
 from .connection import SchedulerInfo, write_scheduler_file
 from .errors import StartupError, UsageError, say
@@ -27,16 +28,19 @@ from .links import private_stream
 from .network import parse_dashboard
 from .paths import SCHEDULER_FIX
 from .plan import Plan, ProcessSpec
-from .rank import Rank, exit_status, shell_code
+from .rank import SIGNAL_BUDGET, Rank, exit_status, shell_code
 from .roll_call import RollCall
 
 SHUTDOWN_GRACE = 30.0
 EXIT_RANK_LOST = 5  # rank 0, with --abort-on-node-loss: a rank was lost while the cluster ran
 
 
-def _scheduler(spec: ProcessSpec, events: int, settings: int, rank_ends: list[int]) -> int:
+def _scheduler(
+    spec: ProcessSpec, events: int, settings: int, control: int, rank_ends: list[int]
+) -> int:
     """The scheduler's process: import Dask, then, given the cluster's TLS settings by the rank
-    on ``settings``, run the scheduler (``processes.scheduler_main``).
+    on ``settings``, run the scheduler (``processes.scheduler_main``), which reads the rank's
+    requests on ``control``.
 
     ``rank_ends``: the rank's ends of its pipes, inherited through the fork and closed here
     (an inherited write end would keep a pipe from ever reporting the rank's end of it).
@@ -49,7 +53,7 @@ def _scheduler(spec: ProcessSpec, events: int, settings: int, rank_ends: list[in
     if start is None:  # the rank could not make the cluster's directory
         return children.EXIT_CLOSED
     os.environ.update(start["env"])
-    return processes.scheduler_main(spec, events)
+    return processes.scheduler_main(spec, events, control)
 
 
 class FirstRank(Rank):
@@ -66,6 +70,8 @@ class FirstRank(Rank):
         self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roll_call = RollCall(plan)
         self.flux_request: subprocess.Popen[bytes] | None = None
+        self.hung: list[int] = []  # ranks given up as hung, not yet acted on (_until_done)
+        self._control = -1  # the pipe to the scheduler's process (run)
 
     @property
     def roster(self) -> roster.Roster | None:
@@ -98,23 +104,27 @@ class FirstRank(Rank):
         plan = self.plan
         events_r, events_w = os.pipe()
         settings_r, settings_w = os.pipe()
+        control_r, self._control = os.pipe()
         self.started: dict | None = None
         self.sup.watch(events_r, self._on_events)
         spec = self.scheduler_spec
         # Forked first: the scheduler imports Dask while this rank makes the certificates.
-        rank_ends = [events_r, settings_w]
+        rank_ends = [events_r, settings_w, self._control]
         if self._host_pipe is not None:
             rank_ends.append(self._host_pipe)
-        pid = children.fork(_scheduler, spec, events_w, settings_r, rank_ends)
+        pid = children.fork(_scheduler, spec, events_w, settings_r, control_r, rank_ends)
         self.sup.add(spec, pid)
         os.close(events_w)
         os.close(settings_r)
+        os.close(control_r)
         if plan.rank.launcher == "flux" and not plan.abort_on_node_loss:
             self.flux_request = flux_job.keep_on_node_loss(os.environ, plan.rank.node)
         try:
             tls = self.prepare_directory()
         except (OSError, UsageError) as error:
             os.close(settings_w)
+            os.close(self._control)
+            self._control = -1
             self.release_host()
             self.sup.signal_all(signal.SIGTERM)  # both still import Dask: no need to wait
             self.sup.wait_all(10)
@@ -172,9 +182,19 @@ class FirstRank(Rank):
         return self.roll_call.left_early()
 
     def _step(self, timeout: float) -> None:
-        """One turn of this rank's loop: wait up to ``timeout`` for an event, note exits."""
+        """One turn of this rank's loop: wait up to ``timeout`` for an event (or until a rank may
+        be found hung), note exits, give up the ranks found hung."""
+        due = self.roll_call.next_check()
+        if due is not None:
+            timeout = min(timeout, max(0.0, due - time.monotonic()) + 0.01)
         self.sup.poll(timeout)
         self._handle_exits()
+        if not self.stopping:
+            hung = self.roll_call.newly_hung()
+            if hung:
+                self.hung.extend(hung)
+                names = [name for rank in hung for name in self.plan.worker_names(rank)]
+                given_up.tell_scheduler(self._control, names)
 
     def _handle_exits(self) -> None:
         while self.sup.exited:
@@ -207,8 +227,10 @@ class FirstRank(Rank):
         self.start_workers(self.info.address, tls)
         ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
         if not self._wait(ready, plan.timeout, progress=True, startup=True):
-            if self.sup.signals or self._scheduler_gone():
-                return self._shutdown(128 + (self.sup.signals or [signal.SIGTERM])[0])
+            if self.sup.signals:
+                return self._shutdown(128 + self.sup.signals[0], within=SIGNAL_BUDGET)
+            if self._scheduler_gone():
+                return self._shutdown(128 + signal.SIGTERM)
             missing = self.roll_call.missing_message(self.workers)
             return self._abort(self._startup_failure() or missing)
         flux_job.finish(self.flux_request)  # sent at start: done long before this
@@ -223,6 +245,7 @@ class FirstRank(Rank):
                 self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
                 write_scheduler_file(plan.scheduler_file, self.info)  # `hpc-cluster links`
         say(ready_message(plan, self.info, jupyter_port, whole_links=private_stream()))
+        self.roll_call.ready = True
         if plan.command:
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
             self.command = subprocess.Popen(
@@ -241,14 +264,14 @@ class FirstRank(Rank):
         while True:
             self._step(1.0)
             lost = [] if self.stopping else self.roll_call.newly_lost()
+            lost, self.hung = lost + self.hung, []
             if lost and self.plan.abort_on_node_loss:
                 self._stop_command()
                 return self._shutdown(EXIT_RANK_LOST)
             if self.sup.signals:
                 sig = self.sup.signals[0]
                 say(f"received signal {sig}: shutting down")
-                self._stop_command(sig)
-                return self._shutdown(128 + sig)
+                return self._shutdown(128 + sig, within=SIGNAL_BUDGET, command_signal=sig)
             if self.command is not None:
                 code = self.command.poll()
                 if code is not None:
@@ -266,13 +289,13 @@ class FirstRank(Rank):
                 self._stop_command()
                 return self._shutdown(status)
 
-    def _stop_command(self, sig: int = signal.SIGTERM) -> None:
-        """Pass ``sig`` to COMMAND if it still runs; kill it after ``SHUTDOWN_GRACE``."""
+    def _stop_command(self, sig: int = signal.SIGTERM, grace: float = SHUTDOWN_GRACE) -> None:
+        """Pass ``sig`` to COMMAND if it still runs; kill it after ``grace`` seconds."""
         if self.command is None or self.command.poll() is not None:
             return
         self.command.send_signal(sig)
         try:
-            self.command.wait(SHUTDOWN_GRACE)
+            self.command.wait(grace)
         except subprocess.TimeoutExpired:
             self.command.kill()
             self.command.wait()
@@ -282,20 +305,35 @@ class FirstRank(Rank):
         self._shutdown(0)
         return StartupError.exit_code
 
-    def _shutdown(self, status: int) -> int:
+    def _shutdown(
+        self, status: int, within: float | None = None, command_signal: int | None = None
+    ) -> int:
         """Close every worker of every rank, see them go, then close the scheduler.
 
         Waiting for the workers first lets the other ranks end before this one: a launcher
         that kills the remaining ranks when one exits (srun --kill-on-bad-exit, Open MPI)
         then has nobody left to kill, and reports COMMAND's status.
+
+        ``within``: seconds for all of it (after a signal: ``SIGNAL_BUDGET``), each wait cut
+        to what is left, and what has not stopped by then is killed. ``command_signal``: pass
+        it to COMMAND first (the workers are told to close meanwhile).
         """
+        deadline = time.monotonic() + within if within is not None else None
+
+        def left(wait: float) -> float:
+            return wait if deadline is None else max(0.0, min(wait, deadline - time.monotonic()))
+
         self.stopping = True
         self.release_host()
-        if self.workers and not self._scheduler_gone():
+        closing = bool(self.workers) and not self._scheduler_gone()
+        if closing:
             self.sup.signal_all(signal.SIGUSR1, role="scheduler")
+        if command_signal is not None:
+            self._stop_command(command_signal, left(SHUTDOWN_GRACE))
+        if closing:
             self._wait(
                 lambda: not self.workers,
-                self.plan.leave_timeout,
+                left(self.plan.leave_timeout),
                 interruptible=False,
             )
         # A worker being restarted (its task killed it) is unknown to the scheduler, which
@@ -309,9 +347,9 @@ class FirstRank(Rank):
         # the launcher has seen them go before it sees rank 0's status (seen in the suite on a
         # loaded machine: under srun --kill-on-bad-exit, rank 0 exiting right after the last
         # roll call closed found srun still counting that rank, which it killed: exit 143).
-        self.roll_call.wait_until_gone(self._step)
+        self.roll_call.wait_until_gone(self._step, deadline)
         self.sup.signal_all(signal.SIGTERM, role="scheduler")
-        if not self.sup.wait_all(SHUTDOWN_GRACE):
+        if not self.sup.wait_all(left(SHUTDOWN_GRACE)):
             say("some processes did not stop in time and were killed")
         return status
 
@@ -329,6 +367,9 @@ class FirstRank(Rank):
             self.sup.wait_all(10)
         if self.roster:
             self.roster.close()
+        if self._control >= 0:
+            os.close(self._control)
+            self._control = -1
         self.sup.close()
         shutil.rmtree(self.plan.cluster_dir, ignore_errors=True)
         if self.plan.scheduler_file.parent != self.plan.cluster_dir:

@@ -6,6 +6,8 @@ nothing a Dask user sees: the same warnings, the same state, less work per worke
 - Dask's version check: each joining worker (and each client) is compared with one worker per
   distinct set of package versions, not with every connected worker.
 - At the cluster's end, removing a worker does not go over every remaining worker.
+- Root tasks placed without queuing (``worker-saturation: inf``) stop looking for a worker at
+  the first idle one that no other can beat.
 - Python's full garbage collections leave the scheduler's long-lived objects alone.
 """
 
@@ -71,6 +73,8 @@ class _DistinctVersions(SchedulerPlugin):
 _VERSION_CHECKS = frozenset(
     inspect.unwrap(method).__code__ for method in (Scheduler.add_worker, Scheduler.add_client)
 )
+# Where Dask places a root-ish task without queuing: ``min(self.idle.values(), key=objective)``.
+_ROOTISH_NO_QUEUING = inspect.unwrap(Scheduler.decide_worker_rootish_queuing_disabled).__code__
 # Where Dask goes over every remaining worker for each one removed (``for w in self.workers``):
 # to drop the pair's bandwidth estimates, and to send each a ``remove-worker`` message.
 _REMOVE_WORKER = inspect.unwrap(Scheduler.remove_worker).__code__
@@ -112,6 +116,40 @@ class Workers(SortedDict):
         if self.ending and sys._getframe(1).f_code is _REMOVE_WORKER:
             return iter(())
         return super().__iter__()
+
+
+class IdleWorkers(SortedDict):
+    """``scheduler.idle`` (Dask's SortedDict of the workers with a thread free), whose
+    ``values()`` at Dask's placement of root tasks without queuing ends at the first worker
+    that no other can beat.
+
+    With ``worker-saturation: inf`` Dask gives each root task group's tasks to one worker at a
+    time (``len(group) / threads`` each), and picks each new one with ``min(idle workers,
+    key=worker_objective)``: O(W) per pick, W picks per group, O(W^2) in one turn of the loop.
+    Measured at 10,000 workers (benchmarks/scale.py, issue 28): one turn of 158.8 s, 134.4 s of
+    its CPU, as 100,000 root tasks arrived. ``worker_objective`` is ``(start time, bytes held)``
+    (actors: ``(actors, start time, bytes held)``), none below zero: a worker with nothing
+    queued, no transfer to wait for and no data has the least there is, and ``min`` keeps the
+    first of equals. So the workers are handed out in Dask's order up to the first such one,
+    and ``min`` returns what it would have returned from all of them. In a cluster whose
+    workers hold data, no such worker may be found: then ``min`` sees every worker, as in Dask.
+    """
+
+    scheduler: Scheduler | None = None
+
+    def values(self) -> Any:
+        frame = sys._getframe(1)
+        if self.scheduler is None or frame.f_code is not _ROOTISH_NO_QUEUING:
+            return super().values()
+        return self._until_unbeatable(frame.f_locals["ts"])
+
+    def _until_unbeatable(self, ts: Any) -> Any:
+        assert self.scheduler is not None
+        objective, least = self.scheduler.worker_objective, (0, 0, 0) if ts.actor else (0, 0)
+        for ws in super().values():
+            yield ws
+            if objective(ts, ws) == least:
+                return
 
 
 class _LongLivedOutOfGC(SchedulerPlugin):
@@ -168,6 +206,10 @@ def install(scheduler: Scheduler) -> _DistinctVersions:
     workers = Workers()
     workers.distinct = distinct
     scheduler.workers = workers
+    assert not scheduler.idle, "before any worker joins"
+    idle = IdleWorkers()
+    idle.scheduler = scheduler
+    scheduler.idle = idle
     scheduler.add_plugin(distinct)
     scheduler.add_plugin(_LongLivedOutOfGC())
     return distinct

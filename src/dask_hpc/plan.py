@@ -34,6 +34,7 @@ from . import (
 )
 from .connection import read_scheduler_file
 from .errors import UsageError
+from .liveness import hung_timeout
 from .scaling import poll_max_interval, scale_needs
 from .sites import Site, detect_site, load_site
 
@@ -109,10 +110,16 @@ class Plan:
     abort_on_node_loss: bool = False  # rank 0 stops the cluster when a rank is lost
     widen_cpus: frozenset[int] | None = None  # this rank's affinity, set before it forks
     exit_status_file: str | None = None  # rank 0 writes its exit status there
+    hung_timeout: float | None = None  # a rank silent this long is given up (None: never)
 
     @property
     def runs_scheduler(self) -> bool:
         return any(p.role == "scheduler" for p in self.processes)
+
+    def worker_names(self, rank: int) -> list[str]:
+        """The names of the workers rank ``rank`` of this launch starts (not ``--join``'s)."""
+        here = 1 if self.layout == "worker-per-rank" else self.workers_per_node
+        return [worker_name(rank, i, here) for i in range(here)]
 
     def describe(self) -> dict[str, Any]:
         """The plan as plain data (what ``--dry-run`` prints)."""
@@ -136,6 +143,7 @@ class Plan:
             "command": self.command,
             "jupyter": self.jupyter,
             "abort_on_node_loss": self.abort_on_node_loss,
+            "hung_timeout": self.hung_timeout,
             "widen_cpus": resources.format_cpu_list(self.widen_cpus) if self.widen_cpus else None,
             "processes": [
                 {
@@ -149,6 +157,11 @@ class Plan:
             ],
             "notes": self.notes,
         }
+
+
+def worker_name(rank: int, index: int, workers_here: int) -> str:
+    """A worker's name: its rank, and its index when the rank starts several (``2``, ``2-0``)."""
+    return f"{rank}-{index}" if workers_here > 1 else str(rank)
 
 
 def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
@@ -339,7 +352,7 @@ def make_plan(
         env_i = dict(worker_env)
         if gpu_node is not None:
             env_i.update(gpus.worker_gpu_env(gpu_node, first_index + i, workers_here))
-        name = f"{rank.rank}-{i}" if workers_here > 1 else str(rank.rank)
+        name = worker_name(rank.rank, i, workers_here)
         if args.join:
             name = f"{args.name_prefix or 'join-' + rank.launch_id}-{name}"
         processes.append(ProcessSpec("worker", name, dict(options), env_i))
@@ -373,5 +386,6 @@ def make_plan(
             else args.abort_on_node_loss
         ),
         exit_status_file=config.get("exit-status-file") or None,
+        hung_timeout=hung_timeout(),
         widen_cpus=cpus.cpus if cpus.widen else None,
     )

@@ -22,7 +22,7 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import get_ip
 
-from . import dashboard, event_loop, heartbeats, log_summary, many_workers
+from . import dashboard, event_loop, given_up, heartbeats, log_summary, many_workers
 from .children import EXIT_CLOSED, EXIT_SCHEDULER_LOST
 from .errors import say
 from .lighter_tls import Security
@@ -73,8 +73,9 @@ class _Reporter(SchedulerPlugin):
         self.send(event="remove", address=worker)
 
 
-def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
-    """Run the scheduler until it is closed (by a client, or SIGTERM from the rank)."""
+def scheduler_main(spec: ProcessSpec, events_fd: int, control_fd: int) -> int:
+    """Run the scheduler until it is closed (by a client, or SIGTERM from the rank); the rank
+    names on ``control_fd`` the workers of ranks it gave up (``given_up``)."""
     _prepare(spec)
     options = spec.options
 
@@ -96,7 +97,8 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
         scheduler.add_plugin(reporter)
         many_workers.install(scheduler)
         heartbeats.serve(scheduler)
-        _on_signals(lambda: asyncio.ensure_future(scheduler.close(reason="start-cluster-signal")))
+        given_up.GivenUp(scheduler, control_fd)
+        _on_signals(lambda: asyncio.ensure_future(close_on_signal(scheduler)))
         closing: list[asyncio.Task[None]] = []  # (a task is only weakly held by its loop)
         asyncio.get_running_loop().add_signal_handler(
             signal.SIGUSR1, lambda: closing.append(close_workers(scheduler))
@@ -122,6 +124,20 @@ def scheduler_main(spec: ProcessSpec, events_fd: int) -> int:
 
 
 CLOSE_PER_TURN = 64  # workers told to close per turn of the event loop (see close_workers)
+
+
+async def close_on_signal(scheduler: Scheduler) -> None:
+    """SIGTERM (or SIGINT) to the scheduler's process: a batch system stops the job (``scancel``
+    and the walltime signal every process of its steps), so its workers are leaving too.
+
+    Dask's ``Scheduler.close`` closes each worker's connection, and each then goes through
+    ``remove_worker``, which goes over every remaining worker: O(W^2) over a shutdown, ~18 s
+    at 10,000 workers. The cluster is ending: as in ``close_workers``, those loops are skipped.
+    """
+    if isinstance(scheduler.workers, many_workers.Workers):
+        scheduler.workers.ending = True
+    log_summary.mute("tls-refused")
+    await scheduler.close(reason="start-cluster-signal")
 
 
 def close_workers(scheduler: Scheduler) -> asyncio.Task[None]:

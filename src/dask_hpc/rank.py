@@ -12,6 +12,15 @@ from .errors import say
 from .plan import Plan, ProcessSpec
 from .supervisor import Child, Supervisor
 
+# s a rank's whole shutdown may take after a signal: a batch system that stops a job (scancel,
+# the walltime) SIGTERMs every process, then SIGKILLs them after Slurm's KillWait (30 s by
+# default), and the rank must be done by then, its directories removed (what did not stop in
+# this time is killed). Before, rank 0's waits grew with W (62 s for the workers, 72 s for the
+# ranks at 10,000): measured on 2 cores at load ~45 (benchmarks/scale_stop.py), rank 0 was
+# gone 18.9 s after SIGTERM to every process and 26.3 s after SIGTERM to the ranks alone; 95 s
+# once beside other load (the field report).
+SIGNAL_BUDGET = 20.0
+
 
 def exit_status(wait_status: int) -> int:
     """A shell-style exit status (128+N for a signal) from an ``os.waitpid`` status."""
@@ -75,8 +84,11 @@ class Rank:
             else:
                 say(f"{what} exited with status {code}")
 
-    def stop(self, sig: int = signal.SIGTERM) -> None:
+    def stop(self, sig: int = signal.SIGTERM, within: float | None = None) -> None:
+        """Signal this rank's workers (its nanny host); what has not ended after the shutdown
+        wait (or ``within`` seconds, if shorter) is killed."""
         if not self.stopping:
             self.stopping = True
-            self.kill_at = time.monotonic() + self.plan.leave_timeout
+            wait = self.plan.leave_timeout
+            self.kill_at = time.monotonic() + (wait if within is None else min(within, wait))
             self.sup.signal_all(sig)

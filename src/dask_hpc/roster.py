@@ -9,19 +9,29 @@ the cluster's token (from the scheduler file, readable by the owner only), its r
 
 Both ends turn on TCP keepalive: a node that dies without closing its connections (power lost,
 kernel panic) is noticed within ``KEEPALIVE_IDLE + KEEPALIVE_COUNT * KEEPALIVE_INTERVAL`` s,
-however busy the processes at either end are (the kernels answer the probes).
+however busy the processes at either end are (the kernels answer the probes). A node that
+hangs keeps them open (its kernel answers): with ``hpc.hung-timeout`` rank 0 sends every rank
+a numbered tick (``tick N``) every few seconds, each rank answers it (``beat N``), and rank 0
+gives up a rank that answered none for that long (``liveness.py``): it writes ``given-up
+SECONDS`` to it and closes the connection, so that the rank, if it ever runs again, stops what
+it started. What rank 0 says is read line by line (``FromRank0``).
 """
 
 from __future__ import annotations
 
 import hmac
+import os
+import re
 import secrets
 import socket
 from collections.abc import Callable
 
+from .liveness import Ticks
+
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
 STOP = b"stop\n"  # rank 0 to every rank once the scheduler closed the workers it knows
 BYE = b"bye\n"  # a rank to rank 0 as it ends on its own (its workers retired or stopped)
+_BEAT = re.compile(rb"beat (\d+)")  # a rank to rank 0: ``beat N``, its answer to tick N
 KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3  # probes unanswered: the peer is gone (25 s in all)
@@ -47,7 +57,10 @@ class Roster:
         host: str,
         watch: Callable[[int, Callable[[], None]], None],
         unwatch: Callable[[int], None],
+        ticks: Ticks | None = None,
     ) -> None:
+        self.ticks = ticks  # the ticks each rank answered (None: no hung-rank check)
+        self.given_up: list[int] = []  # ranks given up as hung, in that order
         self.token = secrets.token_hex(16)
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
@@ -94,6 +107,8 @@ class Roster:
                 self.alive[int(rank)] = conn
                 self.hosts[int(rank)] = host or "?"
                 self._ranks[fd] = (int(rank), conn)
+                if self.ticks is not None:
+                    self.ticks.joined(int(rank))
                 return
             self._drop(fd, conn)
             return
@@ -105,6 +120,9 @@ class Roster:
             if data:
                 if BYE in data:
                     self.said_bye.add(rank)
+                if self.ticks is not None:  # (a beat split over two reads: the next one counts)
+                    for number in _BEAT.findall(data):
+                        self.ticks.answer(rank, int(number))
                 return
         except BlockingIOError:
             return
@@ -114,12 +132,36 @@ class Roster:
         if self.alive.get(rank) is conn:
             del self.alive[rank]
             self.left.append(rank)
+        if self.ticks is not None:
+            self.ticks.forget(rank)
         self._drop(fd, conn)
+
+    def give_up(self, ranks: list[int], seconds: float) -> None:
+        """Give up ``ranks`` (hung: silent for ``seconds``): tell each (read when, if ever, it
+        runs again) and close its connection; it is neither alive nor lost from now on."""
+        for rank in ranks:
+            conn = self.alive.pop(rank, None)
+            if conn is None:
+                continue
+            self.given_up.append(rank)
+            self._send(conn, f"given-up {seconds:.0f}\n".encode())
+            try:  # nothing unread left here: the close is a FIN after that line, not a reset
+                while conn.recv(4096):
+                    pass
+            except OSError:
+                pass
+            fd = conn.fileno()
+            self._ranks.pop(fd, None)
+            self._drop(fd, conn)
 
     @property
     def lost(self) -> list[int]:
         """Ranks that went without saying so: killed, or their node died."""
         return [rank for rank in self.left if rank not in self.said_bye]
+
+    def tick(self, number: int) -> None:
+        """Send tick ``number`` to every rank (each answers ``beat NUMBER``)."""
+        self._say(f"tick {number}\n".encode())
 
     def say_ended(self) -> None:
         """Tell the ranks still connected that rank 0 ends without them (best effort)."""
@@ -131,10 +173,14 @@ class Roster:
 
     def _say(self, message: bytes) -> None:
         for conn in self.alive.values():
-            try:
-                conn.send(message)
-            except OSError:
-                pass
+            self._send(conn, message)
+
+    @staticmethod
+    def _send(conn: socket.socket, message: bytes) -> None:
+        try:
+            conn.send(message)
+        except OSError:  # full (the rank does not read: hung) or gone: it is told otherwise
+            pass
 
     def _drop(self, fd: int, conn: socket.socket) -> None:
         self._unwatch(fd)
@@ -165,6 +211,50 @@ def join(
     return conn
 
 
+class FromRank0:
+    """A rank's reading of what rank 0 writes on the roll call, a line at a time."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.stop = False  # the cluster ends: stop what the scheduler could not close
+        self.ended = False  # rank 0 ends without waiting for this rank any longer
+        self.tick: int | None = None  # the newest tick read, not yet answered
+        self.given_up: float | None = None  # rank 0 gave this rank up after that silence
+
+    def feed(self, data: bytes) -> None:
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            word, _, value = line.decode(errors="replace").partition(" ")
+            if word == STOP.strip().decode():
+                self.stop = True
+            elif word == ENDED.strip().decode():
+                self.ended = True
+            elif word == "tick" and value.isdigit():
+                self.tick = int(value)
+            elif word == "given-up":
+                self.given_up = _seconds(value) or 0.0
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def answer(fd: int, said: FromRank0) -> None:
+    """A rank's answer to the newest tick rank 0 sent (``said.tick``), on its roll-call
+    descriptor ``fd``, if one came since the last answer."""
+    if said.tick is None or said.given_up is not None:
+        return
+    try:
+        os.write(fd, f"beat {said.tick}\n".encode())
+    except OSError:  # full (rank 0 does not read) or gone: said elsewhere
+        pass
+    said.tick = None
+
+
 def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:
     """``rank 2 on node3``, or for many ranks lost at once one phrase, not a line per rank
     (at 1,000 workers, 100 ranks killed printed 100 lines): ``100 ranks (2-51, 60-109) on
@@ -173,10 +263,10 @@ def where_lost(ranks: list[int], hosts: dict[int, str], shown: int = 4) -> str:
         return f"rank {ranks[0]} on {hosts.get(ranks[0], '?')}"
     nodes = list(dict.fromkeys(hosts.get(rank, "?") for rank in ranks))
     listed = ", ".join(nodes[:shown]) + (", ..." if len(nodes) > shown else "")
-    return f"{len(ranks)} ranks ({_ranges(ranks)}) on {len(nodes)} node(s) ({listed})"
+    return f"{len(ranks)} ranks ({ranges(ranks)}) on {len(nodes)} node(s) ({listed})"
 
 
-def _ranges(numbers: list[int]) -> str:
+def ranges(numbers: list[int]) -> str:
     """``2-5, 9``: sorted numbers with their runs collapsed."""
     runs: list[list[int]] = []
     for n in sorted(numbers):

@@ -1,5 +1,6 @@
 """Any rank but 0: wait for the scheduler file, join the roll call, start this rank's workers,
-run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost)."""
+run until rank 0 or the scheduler says the cluster ends (or rank 0 is lost, or rank 0 gave
+this rank up as hung); meanwhile answer rank 0's ticks on the roll call: this rank is alive."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 from . import children, roster, security
 from .connection import SchedulerInfo, poll_delays, read_scheduler_file
 from .errors import StartupError, say
-from .rank import Rank
+from .rank import SIGNAL_BUDGET, Rank
 
 
 class WorkerRank(Rank):
@@ -18,6 +19,7 @@ class WorkerRank(Rank):
 
     rank0_lost = False
     workers_killed = False  # its workers outlasted the wait after SIGTERM
+    given_up = False  # rank 0 gave this rank up as hung (it ran again: it stops)
     roster_fd: int | None = None  # this rank's end of the roll call (see _join_roster)
 
     def wait_for_scheduler(self) -> SchedulerInfo | None:
@@ -77,16 +79,18 @@ class WorkerRank(Rank):
         # while this rank was still shutting down its interpreter, and `srun
         # --kill-on-bad-exit` then SIGTERMed it: exit 143, seen once in CI under load.)
         self.roster_fd = os.dup(conn.fileno())
-
-        ended = False  # rank 0 said it ends without waiting for this rank any longer
+        said = roster.FromRank0()
+        fd = self.roster_fd
 
         def on_data() -> None:
-            nonlocal ended
             try:
                 data = conn.recv(256)
                 if data:
-                    ended = ended or roster.ENDED in data
-                    if roster.STOP in data:  # the cluster ends
+                    said.feed(data)
+                    roster.answer(fd, said)  # a tick: this rank is alive
+                    if said.given_up is not None and not self.given_up:
+                        self._on_given_up(said.given_up)
+                    if said.stop:  # the cluster ends
                         self.stop()
                     return
             except BlockingIOError:
@@ -94,9 +98,9 @@ class WorkerRank(Rank):
             except OSError:
                 pass
             self.sup.unwatch(conn.fileno())
-            if self.closed_by_scheduler:
+            if self.closed_by_scheduler or self.given_up:
                 return
-            if ended:  # also after its stop request: this rank's workers outlasted the wait
+            if said.ended:  # also after its stop request: this rank's workers outlasted the wait
                 say("error: rank 0 ended the cluster before this rank's workers had stopped")
             elif not self.stopping:
                 say("error: rank 0 is gone (killed, or its node died): stopping this rank")
@@ -107,11 +111,23 @@ class WorkerRank(Rank):
 
         self.sup.watch_ready(conn.fileno(), on_data)
 
+    def _on_given_up(self, seconds: float) -> None:
+        """Rank 0 heard nothing from this rank for ``seconds`` (it was stopped, or its node hung)
+        and went on without it: its workers were removed and the scheduler refuses their names.
+        It ran again: it stops what it started and ends, with status 0, as a retired rank does,
+        so that a launcher that ends the job when a rank fails keeps it (rank 0 said why)."""
+        self.given_up = True
+        say(
+            f"warning: rank 0 gave this rank up (no sign of life from it for {seconds:g} s: its "
+            "node hung, or its processes were stopped): stopping its workers"
+        )
+        self.stop()
+
     def _until_done(self, info: SchedulerInfo) -> int:
         while self.sup.children:
             self.sup.poll(1.0)
             if self.sup.signals and not self.stopping:
-                self.stop()
+                self.stop(within=SIGNAL_BUDGET)
             if time.monotonic() >= self.kill_at:
                 # A nanny host that does not end (a Nanny stuck closing) would otherwise keep
                 # this rank, and the launcher's whole job, running until the walltime.
@@ -124,6 +140,8 @@ class WorkerRank(Rank):
                 self.workers_killed = True
             while self.sup.exited:
                 self.handle_worker_exit(*self.sup.exited.pop(0))
+        if self.given_up:
+            return 0
         if self.rank0_lost:
             return children.EXIT_SCHEDULER_LOST
         if self.workers_killed:

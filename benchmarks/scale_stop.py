@@ -1,0 +1,202 @@
+"""Start and stop at scale: W workers connected, then stopped as a job ends (COMMAND exits) or as
+a batch system stops it (SIGTERM to every process of every rank: ``scancel``, the walltime).
+
+The cluster is benchmarks/scale.py's (``scale_launch``, ``scale_sim``): the real rank 0
+(``start-cluster``, TLS, its own Nanny and worker) told by an emulated Open MPI environment
+that it is rank 0 of W ranks, on a CPU of its own, and the other ranks simulated, 250 to a
+process, on the other. COMMAND (``_job`` below) waits until every simulated worker has sent
+its first heartbeat, then either exits (``--stop command``) or waits to be stopped:
+``--stop sigterm`` sends SIGTERM to rank 0's process, everything it started (scheduler, nanny
+host, worker, COMMAND) and every simulator, at once, as Slurm's ``scancel`` and walltime signal
+every process of a job's steps; ``--stop sigterm-ranks`` only to the ranks' own processes
+(rank 0's and the simulators), as ``mpiexec`` forwards a signal it gets to the ranks it
+started. A simulator closes its workers on SIGTERM, as a rank does.
+
+    PYTHONPATH=src python benchmarks/scale_stop.py [--workers 1000 10000] [--stop both]
+
+Measured: launch -> all connected, the last simulated start -> all connected (the issue-28
+measure), the stop -> rank 0's exit and -> every process gone, rank 0's status, what rank 0
+printed after the stop, and what rank 0 left in its directories (its private local directory,
+the cluster's directory, the forkserver's socket directory in its TMPDIR). Goals (issue 36):
+all connected within 30 s of the last start and gone within 10 s of COMMAND's exit; stopped by
+SIGTERM, rank 0 gone within Slurm's default KillWait (30 s), its directories removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+from scale_launch import SRC, Launch, dump, split_cpus
+from scale_sim import RANKS_PER_SIM
+
+KILL_WAIT = 30.0  # Slurm's default KillWait: SIGKILL that long after the SIGTERM
+
+
+def wait_for(condition, timeout: float, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(step)
+    return True
+
+
+def job_main(settled: str, sims: int, ready: str, stop: str, timeout: float) -> int:
+    """COMMAND: every simulated worker has sent a heartbeat; say so; exit, or wait for SIGTERM."""
+    if not wait_for(lambda: len(os.listdir(settled)) >= sims, timeout, 0.2):
+        return 1
+    Path(ready).write_text(str(time.time()))
+    if stop != "command":
+        signal.sigwait({signal.SIGTERM})  # (the default action would do; this says it)
+    return 0
+
+
+def leftovers(launch: Launch, tmpdir: Path) -> list[str]:
+    """What rank 0 left: its private local directory, the cluster directory, socket dirs."""
+    places = [launch.local / "rank0", launch.sched_dir, tmpdir]
+    return sorted(str(p.relative_to(launch.tmp)) for d in places if d.exists()
+                  for p in d.iterdir())  # fmt: skip
+
+
+def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dict:
+    launch = Launch(workers, opts.per_rank, tmp / f"{stop}-{workers}", inline_tasks=True)
+    size = launch.size
+    firsts = range(1, size, RANKS_PER_SIM)
+    ready_file = launch.tmp / "ready"
+    tmpdir = launch.tmp / "tmpdir"
+    tmpdir.mkdir(exist_ok=True)
+    (launch.local / "rank0").mkdir(exist_ok=True)
+    command = [sys.executable, __file__, "_job", str(launch.settled), str(len(firsts)),
+               str(ready_file), stop, str(opts.timeout)]  # fmt: skip
+    rank0_cpus, sim_cpus = split_cpus(opts.pin)
+    start = time.time()
+    rank0 = launch.start_rank0(command, {"TMPDIR": str(tmpdir)}, rank0_cpus)
+    for first in firsts:
+        launch.start_sim(first, min(RANKS_PER_SIM, size - first), sim_cpus)
+    stopped_at = None
+    wait_for(lambda: ready_file.exists() or rank0.poll() is not None, opts.timeout)
+    if not ready_file.exists():
+        for proc, _ in launch.sims:
+            proc.kill()
+        launch.reap(60)
+        raise RuntimeError(f"W={workers}: never settled:\n{dump(launch.lines)}")
+    if stop.startswith("sigterm"):
+        targets = [psutil.Process(rank0.pid)]
+        if stop == "sigterm":
+            targets += psutil.Process(rank0.pid).children(True)
+        targets += [psutil.Process(p.pid) for p, _ in launch.sims]
+        stopped_at = time.time()
+        for proc in targets:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except psutil.NoSuchProcess:
+                pass
+    statuses: dict[int, int] = {}
+    ends, _ = launch.reap(opts.timeout, statuses)
+    sim_stats = launch.sim_stats()
+    ready = launch.ready_at()
+    if ready is None:
+        raise RuntimeError(f"W={workers}: the cluster never became ready:\n{dump(launch.lines)}")
+    last_start = max(s["last_start"] for s in sim_stats) if sim_stats else start
+    exited = next((t for t, line in launch.lines if "command exited" in line), None)
+    stop_at = stopped_at or exited or max(ends.values())
+    said = [line for t, line in launch.lines if t >= stop_at]
+    return {
+        "workers": workers,
+        "stop": stop,
+        "start_s": ready - start,
+        "connect_s": ready - last_start,
+        "rank0_exit_s": ends[rank0.pid] - stop_at,
+        "all_gone_s": max(ends.values()) - stop_at,
+        "rank0_status": statuses.get(rank0.pid),
+        "lines": said[:6],
+        "line_count": len(said),
+        "left": leftovers(launch, tmpdir),
+        "load": os.getloadavg()[0],
+    }
+
+
+def report(results: list[dict]) -> None:
+    print(f"\nStart and stop at scale, {os.cpu_count()} CPUs, TLS on (rank 0 real on one CPU, "
+          "the other ranks simulated on the other)\n")  # fmt: skip
+    how = {"command": "COMMAND exits", "sigterm": "SIGTERM to every process",
+           "sigterm-ranks": "SIGTERM to every rank's own process"}  # fmt: skip
+    heads = [f"W={r['workers']:,}, {how[r['stop']]}" for r in results]
+    print("| | " + " | ".join(heads) + " |\n" + "|---" * (len(results) + 1) + "|")
+    rows = [
+        ("launch -> all connected (s)", lambda r: f"{r['start_s']:.1f}"),
+        ("last start -> all connected (s)", lambda r: f"{r['connect_s']:.1f}"),
+        ("stop -> rank 0 exited (s)", lambda r: f"{r['rank0_exit_s']:.1f}"),
+        ("stop -> every process gone (s)", lambda r: f"{r['all_gone_s']:.1f}"),
+        ("rank 0's exit status", lambda r: str(r["rank0_status"])),
+        ("rank 0's lines after the stop", lambda r: str(r["line_count"])),
+        ("left in rank 0's directories", lambda r: ", ".join(r["left"]) or "nothing"),
+        ("load avg (1 min) at the end", lambda r: f"{r['load']:.1f}"),
+    ]
+    for label, show in rows:
+        print(f"| {label} | " + " | ".join(show(r) for r in results) + " |")
+    print("\n| goal | run | measured | target | met |\n|---|---|---|---|---|")
+    for r in results:
+        run = f"W={r['workers']:,} {r['stop']}"
+        goals = [("last start -> all connected (s)", r["connect_s"], 30)]
+        if r["stop"] == "command":
+            goals.append(("COMMAND's exit -> every process gone (s)", r["all_gone_s"], 10))
+        else:
+            goals.append(("SIGTERM -> rank 0 gone (s), within KillWait", r["rank0_exit_s"],
+                          KILL_WAIT))  # fmt: skip
+        for what, value, target in goals:
+            print(f"| {what} | {run} | {value:.1f} | <= {target:g} | "
+                  f"{'yes' if value <= target else 'NO'} |")  # fmt: skip
+        print(f"| nothing left in rank 0's directories | {run} | {len(r['left'])} left | 0 | "
+              f"{'yes' if not r['left'] else 'NO'} |")  # fmt: skip
+    for r in results:
+        print(f"\nW={r['workers']:,} {r['stop']}: rank 0 after the stop ({r['line_count']} "
+              "lines, the first 6):")  # fmt: skip
+        for line in r["lines"]:
+            print(f"    {line[:160]}")
+
+
+def main() -> int:
+    if len(sys.argv) > 1 and sys.argv[1] == "_job":
+        settled, sims, ready, stop, timeout = sys.argv[2:7]
+        return job_main(settled, int(sims), ready, stop, float(timeout))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1000, 10000])
+    parser.add_argument("--per-rank", type=int, default=1)
+    parser.add_argument("--stop", choices=("command", "sigterm", "sigterm-ranks", "all"),
+                        default="all")  # fmt: skip
+    parser.add_argument("--no-pin", dest="pin", action="store_false")
+    parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
+    parser.add_argument("--json", help="also write the results here")
+    opts = parser.parse_args()
+    sys.path.insert(0, str(SRC))
+    tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-stop-"))
+    stops = ["command", "sigterm", "sigterm-ranks"] if opts.stop == "all" else [opts.stop]
+    results = []
+    try:
+        for workers in opts.workers:
+            for stop in stops:
+                results.append(run_one(workers, stop, opts, tmp))
+                r = results[-1]
+                print(f"  W={workers} {stop}: connected {r['connect_s']:.1f} s after the last "
+                      f"start, rank 0 gone {r['rank0_exit_s']:.1f} s after the stop, load "
+                      f"{r['load']:.1f}", file=sys.stderr, flush=True)  # fmt: skip
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if opts.json:
+        Path(opts.json).write_text(json.dumps(results, indent=1))
+    report(results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
