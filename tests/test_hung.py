@@ -112,7 +112,8 @@ def test_a_hung_rank_is_given_up_and_the_job_goes_on(
     wait_for(lambda: not alive(stopped), 30, what="the woken rank's processes to exit")
     exited = time.monotonic() - woken
     assert run.proc.poll() is None, run.output()  # rank 0 and the others go on
-    assert "rank 0 gave this rank up" in run.stderr, run.output()
+    # the launcher forwards what the woken rank wrote (flux run: through its brokers, after)
+    run.wait_text("rank 0 gave this rank up", 30)
     release.touch()
     code = run.wait(60)
     end = job_lines(run.stdout)[1]

@@ -5,6 +5,7 @@ long-lived objects out of the garbage collector's way."""
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from distributed import Client, Scheduler, Worker, versions
@@ -61,8 +62,16 @@ def test_the_version_check_compares_each_distinct_set_of_versions_once(
             assert distinct.key_of.keys() == scheduler.workers.keys()
             await asyncio.gather(*(w.close() for w in same[2:]))
 
-    with caplog.at_level("WARNING", logger="distributed.worker"):
-        asyncio.run(asyncio.wait_for(run(), 60))
+    # caplog's handler is on the root logger, which another test in the same pytest process
+    # may have cut "distributed" off from (Dask's logging set up again: propagate off); a
+    # handler on the logger itself sees its records either way.
+    logger = logging.getLogger("distributed.worker")
+    logger.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("WARNING", logger="distributed.worker"):
+            asyncio.run(asyncio.wait_for(run(), 60))
+    finally:
+        logger.removeHandler(caplog.handler)
     assert any("numpy" in r.getMessage() and "0.0.1" in r.getMessage() for r in caplog.records)
 
 

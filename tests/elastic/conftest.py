@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +63,7 @@ def elastic_env(
     The jobs inherit this environment (sbatch exports it): the worktree's PYTHONPATH, the
     test's tag, no GPU-specific dask-cuda code.
     """
-    shared = tmp_path / "shared"
-    for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_COMM", "PMI_", "PALS_"))]:
-        monkeypatch.delenv(var)
-    monkeypatch.setenv("SLURM_CONF", elastic_slurm.env["SLURM_CONF"])
-    monkeypatch.setenv("PYTHONUNBUFFERED", "1")
-    monkeypatch.setenv("DASK_CUDA_TEST_DISABLE_DEVICE_SPECIFIC", "1")
-    monkeypatch.setenv("DASK_HPC__TIMEOUT", "60")
-    settings = {"hpc.scheduler-directory": str(shared), "hpc.cluster.poll-interval": 0.5}
-    with dask.config.set(settings):
-        yield shared
+    yield from _login(monkeypatch, tmp_path, {"SLURM_CONF": elastic_slurm.env["SLURM_CONF"]})
 
 
 @pytest.fixture
@@ -97,11 +88,25 @@ def flux_login(
     monkeypatch: pytest.MonkeyPatch, elastic_flux: FluxInstance, tmp_path: Path
 ) -> Iterator[Path]:
     """This process as a shell in the test Flux instance; returns the shared directory."""
+    yield from _login(monkeypatch, tmp_path, elastic_flux.env)
+
+
+@pytest.fixture
+def make_flux_cluster(flux_login: Path) -> Iterator[Callable[..., HPCCluster]]:
+    """``make_flux_cluster(*args, **kwargs)``: an HPCCluster on the test Flux, closed after."""
+    yield from _clusters()
+
+
+def _login(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, batch_env: Mapping[str, str]
+) -> Iterator[Path]:
+    """This process as a login node: no launcher's variables but ``batch_env`` (the batch
+    system's), the settings every elastic test uses; yields the shared directory."""
     shared = tmp_path / "shared"
-    for var in [v for v in os.environ if v.startswith(("SLURM_", "OMPI_COMM", "PMI_", "PALS_",
-                                                        "FLUX_"))]:
+    launchers = ("SLURM_", "OMPI_COMM", "PMI_", "PALS_", "FLUX_")
+    for var in [v for v in os.environ if v.startswith(launchers)]:
         monkeypatch.delenv(var)
-    for var, value in elastic_flux.env.items():
+    for var, value in batch_env.items():
         monkeypatch.setenv(var, value)
     monkeypatch.setenv("PYTHONUNBUFFERED", "1")
     monkeypatch.setenv("DASK_CUDA_TEST_DISABLE_DEVICE_SPECIFIC", "1")
@@ -109,12 +114,6 @@ def flux_login(
     settings = {"hpc.scheduler-directory": str(shared), "hpc.cluster.poll-interval": 0.5}
     with dask.config.set(settings):
         yield shared
-
-
-@pytest.fixture
-def make_flux_cluster(flux_login: Path) -> Iterator[Callable[..., HPCCluster]]:
-    """``make_flux_cluster(*args, **kwargs)``: an HPCCluster on the test Flux, closed after."""
-    yield from _clusters()
 
 
 def _clusters() -> Iterator[Callable[..., HPCCluster]]:
