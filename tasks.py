@@ -16,7 +16,7 @@ from typing import Any
 from invoke import Context, Exit, task
 
 from dask_hpc.errors import UsageError
-from dask_hpc.images import ImageError
+from dask_hpc.guard.images import ImageError
 
 REPO = Path(__file__).resolve().parent
 # dask_hpc_deploy works on this checkout, wherever it is installed (editable or not)
@@ -96,7 +96,7 @@ def push(
 ) -> None:
     """Push an image to an OCI registry (oras://), after checking its recorded sha256 and, with
     a site key, its signature."""
-    from dask_hpc import images
+    from dask_hpc.guard import images
     from dask_hpc_deploy import registry
 
     trust = images.configured_trust(key or None, False if no_verify else None)
@@ -127,7 +127,7 @@ def pull(
 ) -> None:
     """Pull an image from an OCI registry (oras://); keep it only if it verifies with the site
     key (and has --sha256), and record its sha256."""
-    from dask_hpc import images
+    from dask_hpc.guard import images
     from dask_hpc_deploy import registry
 
     trust = images.configured_trust(key or None, False if no_verify else None)
@@ -143,7 +143,7 @@ def pull(
 @one_line_errors
 def sites(c: Context) -> None:
     """Table of sites: batch system, launcher, GPUs, base image, Spack target, retired."""
-    from dask_hpc.sites import all_sites
+    from dask_hpc.planning.sites import all_sites
     from dask_hpc_deploy.targets import all_targets
 
     header = ("site", "batch", "launcher", "GPUs/node", "base image", "spack target", "status")

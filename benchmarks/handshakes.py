@@ -59,7 +59,8 @@ def main() -> int:
     repeat = parser.parse_args().repeat
     from distributed.security import Security as DaskSecurity
 
-    from dask_hpc import lighter_tls, security
+    from dask_hpc.at_scale import lighter_tls
+    from dask_hpc.guard import security
 
     directory = Path(tempfile.mkdtemp(prefix="dask-hpc-handshakes-"))
     os.chmod(directory, 0o700)

@@ -275,7 +275,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     if scenario == "hang" and opts.hung_timeout:
         timeout += opts.hung_timeout + 60
     elif scenario == "hang":  # Dask checks every worker-ttl seconds: removed within 2 x ttl
-        from dask_hpc import scaling
+        from dask_hpc.planning import scaling
 
         ttl = scaling.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
         timeout += 2 * ttl + 60

@@ -134,7 +134,7 @@ class Launch:
             "DASK_HPC__SCHEDULER_DIRECTORY": str(self.sched_dir),
             "PYTHONUNBUFFERED": "1",
         }
-        from dask_hpc import launchers
+        from dask_hpc.planning import launchers
 
         info0 = launchers.detect(self.rank0_env(), None, pid=0, host="node0")
         self.scheduler_file = self.sched_dir / f"dask-hpc-{info0.launch_id}" / "scheduler.json"
@@ -195,7 +195,7 @@ class Launch:
 
     def start_sim(self, first: int, count: int, cpus: set[int] | None) -> subprocess.Popen:
         """A process simulating ranks ``first`` to ``first + count - 1``."""
-        from dask_hpc import scaling
+        from dask_hpc.planning import scaling
 
         # The simulated workers get the Dask timeouts that start-cluster derives for real ones.
         needs = scaling.scale_needs(

@@ -3,7 +3,7 @@
 Each simulated rank polls the real scheduler file with the real reader and the real jittered
 intervals (``connection.poll_delays``), answers the real roll call (``roster.join``, then the
 beats rank 0 asks for, ``roster.Beats``, and a ``given-up`` closes its workers) and starts
-its workers as start-cluster's own worker class (``dask_hpc.worker.HpcWorker``) sharing the
+its workers as start-cluster's own worker class (``dask_hpc.running.worker.HpcWorker``) sharing the
 process's event loop (no Nanny, profiling off, the system monitor every 10 s: the lightest
 worker that still registers, heartbeats and is closed by the scheduler). It closes its
 roll-call connection when its workers are closed, as a real rank exits.
@@ -128,8 +128,10 @@ def connect_from_rank_address() -> None:
 async def sim_rank(rank: int, args: argparse.Namespace, stats: dict, beat: Callable) -> None:
     from distributed.security import Security
 
-    from dask_hpc import connection, launchers, roster
-    from dask_hpc.worker import HpcWorker
+    from dask_hpc.guard import connection
+    from dask_hpc.planning import launchers
+    from dask_hpc.running import roster
+    from dask_hpc.running.worker import HpcWorker
 
     class Worker(HpcWorker):
         """start-cluster's worker, telling the simulator when its first heartbeat is done."""
@@ -222,7 +224,7 @@ class RankProcesses(threading.Thread):
         super().__init__(daemon=True)
         import selectors
 
-        from dask_hpc import roster
+        from dask_hpc.running import roster
 
         self.roster, self.loop = roster, loop
         self.selector = selectors.DefaultSelector()

@@ -316,7 +316,7 @@ def floor_contexts(directory: Path, tls12_ciphers: str | None = None) -> tuple:
 
     from distributed.security import Security
 
-    from dask_hpc import security
+    from dask_hpc.guard import security
 
     files = security.create(directory, "transfer-floor")
     choice = {}

@@ -16,9 +16,9 @@ import dask.config
 
 from dask_hpc.cli import parse
 from dask_hpc.errors import UsageError
-from dask_hpc.plan import make_plan
-from dask_hpc.resources import NodeResources
-from dask_hpc.sites import load_site
+from dask_hpc.planning.plan import make_plan
+from dask_hpc.planning.resources import NodeResources
+from dask_hpc.planning.sites import load_site
 
 VISIBLE = {"nvidia": "CUDA_VISIBLE_DEVICES", "amd": "ROCR_VISIBLE_DEVICES"}
 

@@ -33,7 +33,7 @@ def probe_result(stdout: str) -> dict[str, Any]:
 def placeholder_scheduler_file(path: Path) -> Path:
     """A scheduler file as rank 0 writes it (the owner's, no TLS), naming no live scheduler:
     what ``--join ... --dry-run`` accepts."""
-    from dask_hpc.connection import SchedulerInfo, write_scheduler_file
+    from dask_hpc.guard.connection import SchedulerInfo, write_scheduler_file
 
     write_scheduler_file(path, SchedulerInfo("tcp://127.0.0.1:9", None, "nowhere", "none", None))
     return path
@@ -64,7 +64,7 @@ def cluster_links(scheduler_file: Path, env: dict[str, str]) -> dict[str, str]:
 
 def assert_tokens_left_out(stderr: str, links: dict[str, str]) -> None:
     """The ready block of a non-terminal output: each link without its token, and the hint."""
-    from dask_hpc.links import without_token
+    from dask_hpc.guard.links import without_token
 
     for name, url in links.items():
         token = re.search(r"token=([\w-]+)", url)

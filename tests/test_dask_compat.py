@@ -306,7 +306,7 @@ def test_the_launchers_cpu_binding_wins_over_dask_cudas_cpu_affinity() -> None:
     from dask_cuda.plugins import CPUAffinity
     from distributed import Scheduler
 
-    from dask_hpc.worker import BoundWorker, HpcWorker
+    from dask_hpc.running.worker import BoundWorker, HpcWorker
 
     online = sorted(os.sched_getaffinity(0))
     if len(online) < 2:

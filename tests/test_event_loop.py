@@ -1,5 +1,5 @@
 """The scheduler's event loop takes at most EVENTS_PER_TURN ready connections a turn, and
-every ready one in its turn; every loop of ours ends quietly (dask_hpc.event_loop)."""
+every ready one in its turn; every loop of ours ends quietly (dask_hpc.at_scale.event_loop)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import socket
 
 import pytest
 
-from dask_hpc import event_loop
+from dask_hpc.at_scale import event_loop
 
 pytestmark = pytest.mark.skipif(not hasattr(selectors, "EpollSelector"), reason="Linux only")
 

@@ -30,7 +30,7 @@ from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
 from support import probe, probe_result, start_cluster
 
-from dask_hpc import roster
+from dask_hpc.running import roster
 
 FAULTY = Path(__file__).resolve().parent / "jobs" / "faulty.py"
 DEATH_TIMEOUT = 5

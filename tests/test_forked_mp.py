@@ -53,7 +53,7 @@ FORKED = """
 import multiprocessing, os, sys
 from pathlib import Path
 from multiprocessing import forkserver, resource_tracker
-from dask_hpc import forked_mp
+from dask_hpc.running import forked_mp
 
 def square(x, queue):
     import os
@@ -105,7 +105,7 @@ FALLBACK = """
 import multiprocessing, sys, time
 from pathlib import Path
 from multiprocessing import forkserver
-from dask_hpc import forked_mp, nanny_host
+from dask_hpc.running import forked_mp, nanny_host
 
 def square(x, queue):
     import os

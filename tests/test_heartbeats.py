@@ -1,4 +1,5 @@
-"""Heartbeats on the worker's stream (dask_hpc.heartbeats): a real scheduler and workers."""
+"""Heartbeats on the worker's stream (dask_hpc.at_scale.heartbeats): a real scheduler and
+workers."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import logging
 import pytest
 from distributed import Scheduler, Worker
 
-from dask_hpc import heartbeats
-from dask_hpc.worker import HpcWorker
+from dask_hpc.at_scale import heartbeats
+from dask_hpc.running.worker import HpcWorker
 
 
 def no_rpc_heartbeats(scheduler: Scheduler) -> list[str]:

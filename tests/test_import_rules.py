@@ -1,4 +1,4 @@
-"""``dask_hpc.import_path``: how our Pythons start without the working directory on
+"""``dask_hpc.guard.import_path``: how our Pythons start without the working directory on
 ``sys.path``, and ``private.changeable_by_others``, the rule it applies (a second user's
 planted modules: tests/neighbour/test_import_path.py)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from support import REPO
 
-from dask_hpc import import_path
-from dask_hpc.private import changeable_by_others
+from dask_hpc.guard import import_path
+from dask_hpc.guard.private import changeable_by_others
 
 
 def test_the_entrypoint_runs_the_same_bootstrap() -> None:
@@ -64,7 +64,7 @@ def test_what_others_can_change(tree: Path, monkeypatch: pytest.MonkeyPatch) -> 
 
 PROBE = """
 import json, os, sys
-from dask_hpc.import_path import settle
+from dask_hpc.guard.import_path import settle
 note = settle()
 print(json.dumps({"note": note, "path": sys.path, "cwd": os.getcwd()}))
 """
@@ -122,8 +122,8 @@ def test_the_dashboards_link_and_tunnel_name_the_address_it_listens_on(
 ) -> None:
     """Never a name, never loopback's address for a dashboard that listens elsewhere: another
     user could hold that one."""
-    from dask_hpc.banner import ssh_tunnel
-    from dask_hpc.connection import SchedulerInfo
+    from dask_hpc.guard.connection import SchedulerInfo
+    from dask_hpc.running.banner import ssh_tunnel
 
     info = SchedulerInfo("tls://10.1.2.3:1", 8787, "node", "x", None, dashboard_host=listens)
     assert info.dashboard_link == link

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dask_hpc import launchers
 from dask_hpc.errors import UsageError
+from dask_hpc.planning import launchers
 
 SBATCH_SCRIPT = {
     "SLURM_JOB_ID": "77",

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from distributed import Scheduler
 
-from dask_hpc import lighter_tls, security
+from dask_hpc.at_scale import lighter_tls
+from dask_hpc.guard import security
 
 BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "handshakes.py"
 

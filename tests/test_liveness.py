@@ -11,9 +11,9 @@ import socket
 import pytest
 from distributed import Client, Scheduler
 
-from dask_hpc import given_up, liveness, roster
 from dask_hpc.errors import UsageError
-from dask_hpc.worker import HpcWorker
+from dask_hpc.running import given_up, liveness, roster
+from dask_hpc.running.worker import HpcWorker
 
 
 def ticks_until_hung(ticks: liveness.Ticks, answering: set[int], start: float = 0.0) -> list:
@@ -212,7 +212,7 @@ def test_a_rank_hung_before_the_cluster_is_ready_fails_the_start_naming_it(capsy
     start fails with it named (``left_early``, which rank 0's start checks each turn)."""
     from types import SimpleNamespace
 
-    from dask_hpc.roll_call import RollCall
+    from dask_hpc.running.roll_call import RollCall
 
     plan = SimpleNamespace(hung_timeout=30.0, abort_on_node_loss=False,
                            rank=SimpleNamespace(size=3))  # fmt: skip

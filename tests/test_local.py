@@ -189,7 +189,7 @@ def test_dask_optional_packages_are_preloaded_only_where_workers_share_them(
     """The forkserver imports pandas for 2+ workers (as Dask's does), not for a single one."""
     from distributed.versions import optional_packages
 
-    from dask_hpc.nanny_host import SHARED_PRELOAD
+    from dask_hpc.running.nanny_host import SHARED_PRELOAD
 
     assert list(SHARED_PRELOAD) == optional_packages  # Dask's own list, kept by hand here
     seen = {}

@@ -11,8 +11,8 @@ import threading
 
 from support import TESTS, start_cluster
 
-from dask_hpc import log_summary
-from dask_hpc.log_summary import Rule, Summary
+from dask_hpc.at_scale import log_summary
+from dask_hpc.at_scale.log_summary import Rule, Summary
 
 JOB = TESTS / "jobs" / "refused_connections.py"
 TCP = "distributed.comm.tcp"

@@ -1,4 +1,4 @@
-"""The scheduler's cost per worker (dask_hpc.many_workers): Dask's version check sees one
+"""The scheduler's cost per worker (dask_hpc.at_scale.many_workers): Dask's version check sees one
 worker per distinct set of versions, with a real scheduler and workers; and the freezing of
 long-lived objects out of the garbage collector's way."""
 
@@ -10,7 +10,7 @@ import logging
 import pytest
 from distributed import Client, Scheduler, Worker, versions
 
-from dask_hpc import many_workers
+from dask_hpc.at_scale import many_workers
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     import gc
     from types import SimpleNamespace
 
-    from dask_hpc.many_workers import _LongLivedOutOfGC
+    from dask_hpc.at_scale.many_workers import _LongLivedOutOfGC
 
     freezes: list[int] = []
     scheduler = SimpleNamespace(workers={}, tasks={})
@@ -136,7 +136,7 @@ def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
     """What heartbeats make (every worker's new metrics) is frozen while the cluster idles."""
     import gc
 
-    from dask_hpc.many_workers import _LongLivedOutOfGC
+    from dask_hpc.at_scale.many_workers import _LongLivedOutOfGC
 
     monkeypatch.setattr(_LongLivedOutOfGC, "idle_every", 0.05)
     freezes: list[bool] = []

@@ -8,8 +8,8 @@ import pytest
 
 from dask_hpc.cli import parse
 from dask_hpc.errors import UsageError
-from dask_hpc.plan import Plan, make_plan
-from dask_hpc.resources import NodeResources
+from dask_hpc.planning.plan import Plan, make_plan
+from dask_hpc.planning.resources import NodeResources
 
 GiB = 2**30
 NODE = NodeResources(online_cpus=208, usable_cpus=208, memory=1024 * GiB)

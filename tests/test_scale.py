@@ -15,8 +15,8 @@ import pytest
 from harness.mpi import mpich_nodes
 from support import TESTS, start_cluster
 
-from dask_hpc import log_summary
-from dask_hpc.scaling import FDS_BASE
+from dask_hpc.at_scale import log_summary
+from dask_hpc.planning.scaling import FDS_BASE
 
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
 LIMITS = [
@@ -133,8 +133,8 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 
     from distributed import Scheduler, Worker
 
-    from dask_hpc import many_workers
-    from dask_hpc.processes import close_workers
+    from dask_hpc.at_scale import many_workers
+    from dask_hpc.running.processes import close_workers
 
     async def remove_worker_messages(close) -> int:
         sent = []
@@ -175,8 +175,8 @@ def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error(monkeypatch)
 
     from distributed import Scheduler, Worker
 
-    from dask_hpc.heartbeats import StreamHeartbeats
-    from dask_hpc.worker import HpcWorker
+    from dask_hpc.at_scale.heartbeats import StreamHeartbeats
+    from dask_hpc.running.worker import HpcWorker
 
     monkeypatch.setattr(StreamHeartbeats, "offer_wait", 0.2)  # no offer from Dask's scheduler
 
@@ -210,7 +210,7 @@ def test_a_running_workers_failed_heartbeat_is_still_reported() -> None:
 
     from distributed import Scheduler
 
-    from dask_hpc.worker import HpcWorker
+    from dask_hpc.running.worker import HpcWorker
 
     async def heartbeat_errors_while_running() -> list[str]:
         with messages_shown("distributed.worker") as shown:
@@ -237,8 +237,8 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
     from distributed import Scheduler
     from distributed.security import Security
 
-    from dask_hpc import security
-    from dask_hpc.processes import close_workers
+    from dask_hpc.guard import security
+    from dask_hpc.running.processes import close_workers
 
     files = security.create(tmp_path, "test")
     tls = Security(

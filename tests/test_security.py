@@ -20,7 +20,7 @@ from harness.procs import run_cmd
 from jobs.background import Background, routable
 from support import probe, probe_result, start_cluster
 
-from dask_hpc import security
+from dask_hpc.guard import security
 
 INTRUDER = Path(__file__).resolve().parent / "jobs" / "intruder.py"
 TLS_SETTINGS = Path(__file__).resolve().parent / "jobs" / "tls_settings.py"

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from dask_hpc.cli import parse
-from dask_hpc.plan import make_plan
-from dask_hpc.resources import NodeResources
-from dask_hpc.sites import all_sites, detect_site, load_site
+from dask_hpc.planning.plan import make_plan
+from dask_hpc.planning.resources import NodeResources
+from dask_hpc.planning.sites import all_sites, detect_site, load_site
 
 SITES = sorted(all_sites())
 DETECTED = {

@@ -6,7 +6,7 @@ They write Markdown (MyST), which the page they sit in parses: every page here i
   (``dask_hpc.cli.build_parser``), group by group, with the help text it prints.
 - ``start-cluster-usage``: the usage line and the examples of ``start-cluster --help``.
 - ``hpc-config``: the ``hpc.*`` dask config keys, their defaults and comments (``hpc.yaml``).
-- ``launcher-table``: the launchers start-cluster recognizes (``dask_hpc.launchers``).
+- ``launcher-table``: the launchers start-cluster recognizes (``dask_hpc.planning.launchers``).
 - ``site-table``: the site profiles (``src/dask_hpc/sites/*.yaml``).
 - ``module-map``: the modules of ``src/dask_hpc`` (or of the subpackage it names, e.g.
   ``elastic``) with the first paragraph of their docstrings.
@@ -163,7 +163,7 @@ def package_imports(tree: ast.Module, modules: set[str]) -> list[str]:
 
 class LauncherTable(_Generated):
     def lines(self) -> list[str]:
-        from dask_hpc.launchers import LAUNCHERS, NONE
+        from dask_hpc.planning.launchers import LAUNCHERS, NONE
 
         rows = [
             [

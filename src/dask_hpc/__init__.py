@@ -41,7 +41,7 @@ def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
     >>> client.submit(sum, [1, 2]).result()
     3
     """
-    from .connection import connect as _connect
+    from .guard.connection import connect as _connect
 
     return _connect(scheduler_file, **kwargs)
 

@@ -241,8 +241,10 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
-    from . import import_path, nanny_host, resources
-    from .plan import make_plan, private_local_directory
+    from .guard import import_path
+    from .planning import resources
+    from .planning.plan import make_plan, private_local_directory
+    from .running import nanny_host
 
     left_out = import_path.settle()  # before anything else is imported
     argv = sys.argv[1:] if argv is None else argv
@@ -271,7 +273,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         host = None
         try:
             host = nanny_host.start(plan)
-            from .runtime import run
+            from .running.runtime import run
 
             return run(plan, host)
         finally:  # every process of the rank has ended: nothing writes there any more

@@ -14,7 +14,7 @@ import testinfra
 from ansible_support import deepops_example, live_sysctls, run_on_node, sha256
 from conftest import NO_VARS, Env
 
-from dask_hpc.import_path import BOOTSTRAP
+from dask_hpc.guard.import_path import BOOTSTRAP
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
 

@@ -24,7 +24,7 @@ def test_job_script_matches_golden(invoke, name: str) -> None:
 
 
 def test_every_batch_system_has_a_golden() -> None:
-    from dask_hpc.sites import all_sites
+    from dask_hpc.planning.sites import all_sites
 
     systems = {s.batch_system for s in all_sites().values()} - {"none"}
     assert systems == {name.split("-")[0] for name in CASES} == {

@@ -19,7 +19,7 @@ import pytest
 from build_support import REPO, ImageKeys, invoke_argv, make_image_keys, require_apptainer
 from harness.waiting import free_ports, wait_for
 
-from dask_hpc import images
+from dask_hpc.guard import images
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(900)]
 

@@ -16,9 +16,9 @@ from dask_hpc.batch.cpus import cpu_lists
 from dask_hpc.batch.script import JobRequest, render
 from dask_hpc.cli import parse
 from dask_hpc.errors import UsageError
-from dask_hpc.plan import make_plan
-from dask_hpc.resources import NodeResources
-from dask_hpc.sites import load_site
+from dask_hpc.planning.plan import make_plan
+from dask_hpc.planning.resources import NodeResources
+from dask_hpc.planning.sites import load_site
 
 AURORA = {"cores": 104, "sockets": 2, "reserved": [0, 52]}
 # get_cpu_bind_aurora's "Commonly Used Bindings (Physical-Only, Default)"

@@ -13,7 +13,7 @@ import pytest
 from dask_hpc.batch import requests
 from dask_hpc.batch.script import JobRequest, render, system_table
 from dask_hpc.errors import UsageError
-from dask_hpc.sites import all_sites, load_site
+from dask_hpc.planning.sites import all_sites, load_site
 
 # What each site's default job asks per node (2 nodes), gpu workers where it has GPUs.
 EXPECTED = {

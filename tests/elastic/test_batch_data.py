@@ -13,7 +13,7 @@ from dask_hpc.elastic import naming
 from dask_hpc.elastic.pools import make_pool
 from dask_hpc.elastic.targets import pool_for
 from dask_hpc.errors import UsageError
-from dask_hpc.sites import load_site
+from dask_hpc.planning.sites import load_site
 
 
 def test_slurm_commands_and_states() -> None:

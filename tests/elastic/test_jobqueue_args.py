@@ -16,7 +16,7 @@ from dask_hpc.batch.script import render
 from dask_hpc.elastic.jobqueue_args import REFUSED, scale_workers, translate
 from dask_hpc.elastic.pools import make_pool
 from dask_hpc.errors import UsageError
-from dask_hpc.sites import load_site
+from dask_hpc.planning.sites import load_site
 
 # dask-jobqueue's docs: index.rst, clusters-example-deployments.rst (3), SLURMCluster's
 # docstring. Each: (the call's arguments, workers per job, threads and memory each).

@@ -182,7 +182,7 @@ def test_a_tunnel_hop_whose_port_another_user_holds_stops(
     """Each hop of the printed tunnel listens on the user's ports of a login node others use:
     with one of them held by another user, ``ExitOnForwardFailure`` ends the hop in one line,
     instead of forwarding what the hop before sends to the other user's listener."""
-    from dask_hpc.banner import ssh_tunnel
+    from dask_hpc.running.banner import ssh_tunnel
 
     target = free_ports(1)[0]
     printed = ssh_tunnel((), "127.0.0.1", [(target, "127.0.0.1")]).split()

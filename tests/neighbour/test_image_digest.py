@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from harness.neighbour import Neighbour
 
-from dask_hpc import images
+from dask_hpc.guard import images
 
 PLANTS = {
     "a symbolic link to the owner's file": lambda path, target: os.symlink(target, path),

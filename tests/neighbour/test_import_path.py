@@ -4,7 +4,7 @@ Before (85c333f): job scripts without an image ran ``python3 -m dask_hpc`` after
 submit directory, and ``python -m`` puts the working directory first on ``sys.path``: the other
 user's ``argparse.py`` ran as the owner in every rank, their ``colorsys.py`` in a worker;
 ``entrypoints/start-cluster`` did the same. Now every way a rank starts leaves that directory
-off ``sys.path`` when another user can write it (``dask_hpc.import_path``), and each is run
+off ``sys.path`` when another user can write it (``dask_hpc.guard.import_path``), and each is run
 here from a project directory (mode 0777, not sticky) the other user filled first: the console
 script under each launcher, ``PYTHON -P -m dask_hpc`` (HPCCluster's jobs), Python 3.10's
 bootstrap (``-c``), the entrypoint script, and a rendered job script submitted to Slurm.
@@ -21,8 +21,8 @@ from harness.neighbour import Neighbour
 from neighbour_support import QUIET, neighbour_result, probe_command
 from support import REPO, start_cluster
 
-from dask_hpc import import_path
 from dask_hpc.batch import script
+from dask_hpc.guard import import_path
 
 MARKS = "marks"
 PLANTED = "import os, pathlib\npathlib.Path({marks!r}, {mark!r} + '-%d' % os.getuid()).touch()\n"

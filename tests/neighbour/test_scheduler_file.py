@@ -27,7 +27,7 @@ from harness.waiting import free_ports, wait_for
 from jobs.background import Background
 from neighbour_support import one_error_line
 
-from dask_hpc import security
+from dask_hpc.guard import security
 
 
 def listen(stop_fd: int, port: int) -> int:

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dask_hpc import images
 from dask_hpc.errors import UsageError
+from dask_hpc.guard import images
 
 from . import definitions, versions
 from .targets import Target

@@ -63,7 +63,7 @@ def launch_example(target: Target) -> str:
     """The site's launcher running one container per rank (for %help and the docs)."""
     from dask_hpc.batch import container
     from dask_hpc.batch.script import launch_command, per_rank, site_placement
-    from dask_hpc.sites import all_sites
+    from dask_hpc.planning.sites import all_sites
 
     gpus = int(target.build.get("example_workers_per_node") or 2)
     kind = "gpu" if target.gpu_vendor else "cpu"

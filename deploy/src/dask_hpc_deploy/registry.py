@@ -1,5 +1,5 @@
 """Share site images through an OCI registry (``oras://``, Apptainer's own push and pull), and
-sign them: the build-side half of dask_hpc.images.
+sign them: the build-side half of dask_hpc.guard.images.
 
 A SIF pushed with ``apptainer push IMAGE oras://...`` is one layer whose digest is the file's
 sha256, the digest ``invoke build`` records in IMAGE.sha256: what was built is what is pulled.
@@ -14,8 +14,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from dask_hpc import images
 from dask_hpc.errors import UsageError
+from dask_hpc.guard import images
 
 SIGNING_KEY_VARIABLE = "DASK_HPC_SIGNING_KEY"
 

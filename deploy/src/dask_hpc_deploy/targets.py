@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from dask_hpc.errors import UsageError
-from dask_hpc.sites import all_sites
+from dask_hpc.planning.sites import all_sites
 
 
 def _repository() -> Path:

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from ..sites import Site
+from ..planning.sites import Site
 from .launch import BINDS_VARIABLE, data
 
 SCHEDULER_ENV = "DASK_HPC__SCHEDULER_DIRECTORY"  # hpc.scheduler-directory, as a rank reads it

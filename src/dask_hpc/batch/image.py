@@ -16,7 +16,7 @@ import shlex
 from importlib import resources
 from pathlib import Path
 
-from .. import images
+from ..guard import images
 from .templating import Template
 
 VARIABLE = "dask_hpc_image"  # what the launch line runs: "$dask_hpc_image"

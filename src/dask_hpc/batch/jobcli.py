@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError, stdout_closed
-from ..images import ImageError
+from ..guard.images import ImageError
 
 if TYPE_CHECKING:
     from .script import JobRequest
@@ -98,7 +98,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def request(args: argparse.Namespace, command: Sequence[str]) -> JobRequest:
     """The job the options describe (``dask_hpc.batch.script.JobRequest``)."""
     from .. import config
-    from ..sites import detect_site
+    from ..planning.sites import detect_site
     from .script import JobRequest
 
     nodes = _count("nodes", args.nodes)

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from .. import import_path
 from ..errors import UsageError
+from ..guard import import_path
 
 BINDS_VARIABLE = "dask_hpc_binds"  # the directories every container binds (batch.container)
 

@@ -22,8 +22,8 @@ from dask.utils import parse_bytes
 
 from .. import config
 from ..errors import UsageError
-from ..resources import check_worker_memory
-from ..sites import Site
+from ..planning.resources import check_worker_memory
+from ..planning.sites import Site
 
 REQUESTS = ("nodes", "ranks", "cpus", "gpus", "memory")
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]

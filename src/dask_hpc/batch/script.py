@@ -17,9 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .. import images, private
 from ..errors import UsageError
-from ..sites import Site, load_site
+from ..guard import images, private
+from ..planning.sites import Site, load_site
 from . import container, cpus, requests
 from . import image as image_lines
 from .launch import (  # noqa: F401  (launch_command, status_from_rank0: used from here too)

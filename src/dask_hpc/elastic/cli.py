@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import private
-from ..connection import read_scheduler_file
 from ..errors import UsageError
-from ..images import ImageError
-from ..links import hint, links, private_stream, shown
+from ..guard import private
+from ..guard.connection import read_scheduler_file
+from ..guard.images import ImageError
+from ..guard.links import hint, links, private_stream, shown
 
 PROG = "hpc-cluster"
 # HPCCluster's settings that pass from the options as they are (the others: _cluster_kwargs)
@@ -324,7 +324,7 @@ def remote(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpc-cluster`` console script."""
-    from ..import_path import settle
+    from ..guard.import_path import settle
 
     settle()  # the working directory on sys.path only if nobody else can change it
     argv = sys.argv[1:] if argv is None else argv

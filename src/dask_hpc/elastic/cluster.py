@@ -27,8 +27,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from .. import private, security
-from ..connection import read_scheduler_file
+from ..guard import private, security
+from ..guard.connection import read_scheduler_file
 from . import jobqueue_args, locations, placement, sizing, state
 from .configured import ConfiguredCluster
 from .scheduler import security_for

@@ -15,8 +15,8 @@ from typing import Any
 from .. import config
 from ..batch import commands, script
 from ..errors import UsageError
-from ..network import parse_dashboard
-from ..sites import Site, detect_site, load_site
+from ..planning.network import parse_dashboard
+from ..planning.sites import Site, detect_site, load_site
 from . import locations, naming
 from .jobcluster import JobCluster
 from .jobs import BatchClient

@@ -12,7 +12,7 @@ from typing import Any
 import dask.config
 from distributed.utils import format_dashboard_link
 
-from ..connection import link_host
+from ..guard.connection import link_host
 
 DEFAULT_LINK = "{scheme}://{host}:{port}/status"  # distributed.dashboard.link's default
 # Through jupyter-server-proxy, host and port written out (its /proxy/PORT/ is `localhost`).

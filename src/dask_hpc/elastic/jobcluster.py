@@ -37,8 +37,8 @@ from distributed.exceptions import WorkerStartTimeoutError
 from distributed.objects import SchedulerInfo as DaskSchedulerInfo
 from distributed.utils import silence_logging_cmgr
 
-from ..connection import SchedulerInfo
 from ..errors import UsageError
+from ..guard.connection import SchedulerInfo
 from . import placement
 from .display import Display
 from .jobcontrol import JobControl

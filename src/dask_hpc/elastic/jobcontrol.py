@@ -22,7 +22,7 @@ from distributed.core import Status
 
 from ..batch import script
 from ..errors import UsageError
-from ..images import ImageError
+from ..guard.images import ImageError
 from . import naming, sizing
 from .jobs import BatchClient, Job
 from .pools import Pool

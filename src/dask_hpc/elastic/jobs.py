@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import private
 from ..batch.commands import BatchSystem, State
 from ..errors import UsageError
+from ..guard import private
 
 COMMAND_TIMEOUT = 60.0  # a batch command that takes longer is stuck (a hung controller)
 

@@ -7,10 +7,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .. import config, private
+from .. import config
 from ..batch import commands
 from ..errors import UsageError
-from ..sites import Site
+from ..guard import private
+from ..planning.sites import Site
 
 DIRECTORY_FIX = "pass directory= naming a directory only you can write, which the nodes share"
 LOG_FIX = "pass log_directory= naming a directory only you can write"

@@ -20,10 +20,10 @@ from typing import Any
 
 from distributed.core import rpc
 
-from .. import import_path, security
 from ..batch import script
-from ..connection import SchedulerInfo, read_scheduler_file
 from ..errors import UsageError
+from ..guard import import_path, security
+from ..guard.connection import SchedulerInfo, read_scheduler_file
 from . import state
 from .jobs import Job
 from .scheduler import listen_host, security_for, start

@@ -18,7 +18,7 @@ from pathlib import Path
 from .. import config
 from ..batch import commands, requests, script
 from ..errors import UsageError
-from ..sites import Site
+from ..planning.sites import Site
 from .naming import POOL_NAME
 
 LIFETIME_ENV = "DASK_DISTRIBUTED__WORKER__LIFETIME__"

@@ -20,13 +20,14 @@ from pathlib import Path
 from distributed import Scheduler
 from distributed.utils import get_ip
 
-from .. import dashboard, event_loop, heartbeats
-from ..connection import SchedulerInfo, write_scheduler_file
+from ..at_scale import event_loop, heartbeats
+from ..at_scale.lighter_tls import Security
 from ..errors import UsageError, say
-from ..import_path import settle
-from ..lighter_tls import Security
-from ..network import interface_address, parse_dashboard
-from ..security import TlsFiles
+from ..guard import dashboard
+from ..guard.connection import SchedulerInfo, write_scheduler_file
+from ..guard.import_path import settle
+from ..guard.security import TlsFiles
+from ..planning.network import interface_address, parse_dashboard
 from . import targets
 
 SCHEDULER_FILE = "scheduler.json"

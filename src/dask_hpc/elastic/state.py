@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .. import private
 from ..batch.commands import BatchSystem
 from ..errors import UsageError
+from ..guard import private
 from .jobs import BatchClient, Job
 from .pools import Pool
 

@@ -1,0 +1,330 @@
+"""Paths in places that other users can write: made race-free, or checked before use.
+
+Another user of the node or of a shared file system can create, first, the directory, file or
+symbolic link that we are about to use (``/tmp``, a project directory, a scheduler directory).
+Every path dask-hpc creates or trusts there goes through this module:
+
+- a directory we create is made with ``mkdir(0700)`` (or ``mkdtemp``), and one that already
+  exists is opened without following a symlink and checked through its file descriptor: ours,
+  a real directory, closed to the others (OpenSSH's ``StrictModes``, Jupyter's runtime
+  directory check);
+- a file is written under a random name (``mkstemp``: ``O_EXCL``) and renamed over its own;
+- a file we trust (a scheduler file, a certificate) must be ours, a regular file nobody else
+  can write, in a directory where nobody else can replace it (ours or root's, and not writable
+  by others unless sticky), opened with ``O_NOFOLLOW``.
+
+A check that fails is one :class:`UnsafePath` line naming the path, what is wrong and the fix.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import secrets
+import stat
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..errors import UsageError
+
+OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
+OTHERS_ANY = 0o077
+
+
+class UnsafePath(UsageError):
+    """A path another user could have made or could change: refused (exit status 2)."""
+
+
+def _owner(st: os.stat_result) -> str:
+    try:
+        import pwd
+
+        return pwd.getpwuid(st.st_uid).pw_name
+    except (KeyError, ImportError):
+        return f"uid {st.st_uid}"
+
+
+def _mode(st: os.stat_result) -> str:
+    return f"{stat.S_IMODE(st.st_mode):04o}"
+
+
+def directory_problem(st: os.stat_result, *, private: bool) -> str | None:
+    """What makes a directory of ours unfit (``private``: closed to others, not only unwritable)."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid != os.geteuid():
+        return f"belongs to {_owner(st)}, not to you"
+    if stat.S_IMODE(st.st_mode) & (OTHERS_ANY if private else OTHERS_WRITE):
+        return f"is open to other users (mode {_mode(st)})"
+    return None
+
+
+def parent_problem(st: os.stat_result) -> str | None:
+    """What lets another user replace entries of a directory we put things in."""
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a directory"
+    if st.st_uid not in (os.geteuid(), 0):
+        return f"belongs to {_owner(st)}, who could replace what is put there"
+    if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+        return (
+            f"can be written by other users and is not sticky (mode {_mode(st)}): they could "
+            "replace what is put there"
+        )
+    return None
+
+
+MAX_HOPS = 40  # symbolic links followed on one path (the kernel's own limit)
+
+
+def changeable_by_others(path: str | os.PathLike[str]) -> str | None:
+    """Why a user other than us and root could change what ``path`` names, or None.
+
+    Every step from ``/`` down, as the kernel follows it: each directory ours or root's and
+    not writable by others unless sticky (they could rename what is in it), each symbolic link
+    ours or root's (followed, its target checked the same way), and the path itself ours or
+    root's and not writable by others at all, sticky or not (in a directory, they could add
+    a module or a file). Used for what is run or imported by path later (a directory on
+    ``sys.path``, an image), where a later check would come too late.
+    """
+    pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
+    done = Path("/")  # resolved so far: real directories only, each checked
+    hops = 0
+    while True:
+        try:
+            st = os.lstat(done)
+        except OSError as error:
+            return f"{done}: {error.strerror.lower()}"
+        if stat.S_ISLNK(st.st_mode):
+            hops += 1
+            if st.st_uid not in (os.geteuid(), 0) or hops > MAX_HOPS:
+                return f"{done} is a symbolic link of {_owner(st)}'s"
+            target = os.readlink(done)
+            pending = [p for p in target.split("/") if p] + pending
+            done = Path("/") if target.startswith("/") else done.parent
+            continue
+        last = not pending
+        if st.st_uid not in (os.geteuid(), 0):
+            return f"{done} belongs to {_owner(st)}"
+        if st.st_mode & OTHERS_WRITE and (last or not st.st_mode & stat.S_ISVTX):
+            sticky = "" if last else " and is not sticky"
+            return f"{done} can be written by other users (mode {_mode(st)}){sticky}"
+        if last:
+            return None
+        step, pending = pending[0], pending[1:]
+        if step == "..":
+            done = done.parent
+        elif step != ".":
+            done = done / step
+
+
+def check_parent(directory: Path, what: str, fix: str) -> None:
+    """Refuse a directory in which another user could swap our entries for theirs."""
+    try:
+        st = os.stat(directory)
+    except OSError as error:
+        raise UnsafePath(f"{what} {directory}: {error.strerror.lower()}", fix) from None
+    problem = parent_problem(st)
+    if problem:
+        raise UnsafePath(f"{what} {directory} {problem}", fix)
+
+
+def ensure_parent(directory: Path, what: str, fix: str) -> Path:
+    """``directory`` made if missing (new components 0700), then :func:`check_parent`."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except FileExistsError:
+        pass  # not a directory: said below
+    except OSError as error:
+        raise UnsafePath(
+            f"{what} {directory} is not usable ({error.strerror.lower()})", fix
+        ) from None
+    check_parent(directory, what, fix)
+    return directory
+
+
+@contextmanager
+def _open_directory(path: Path, follow: bool = False) -> Iterator[int]:
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def own_directory(path: Path, what: str, fix: str, *, private: bool = True) -> Path:
+    """``path`` as a directory of ours: made now (0700), or an existing one that is ours, a real
+    directory (not a symlink) and closed to others (``private``) or at least unwritable by them.
+
+    Its parent must not let others replace it (:func:`check_parent`). Only a directory made now
+    is chmod'ed, through its file descriptor.
+    """
+    check_parent(path.parent, f"the directory holding the {what}", fix)
+    try:
+        os.mkdir(path, 0o700)
+        made = True
+    except FileExistsError:
+        made = False
+    except OSError as error:
+        raise UnsafePath(f"{what} {path} cannot be made ({error.strerror.lower()})", fix) from None
+    try:
+        with _open_directory(path) as fd:
+            st = os.fstat(fd)
+            problem = directory_problem(st, private=private)
+            if problem is None and made:
+                os.fchmod(fd, 0o700)  # what the umask took away
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            problem = "is not a directory (a symbolic link, or a file)"
+        else:
+            raise UnsafePath(f"{what} {path}: {error.strerror.lower()}", fix) from None
+    if problem:
+        raise UnsafePath(f"{what} {path} {problem}", fix)
+    return path
+
+
+def refuse_foreign(path: Path, what: str, fix: str) -> None:
+    """Refuse a path already there that is not ours to use: a symbolic link, another user's,
+    or one open to others (a stale directory of ours, closed to others, is fine)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        problem: str | None = "is a symbolic link"
+    elif stat.S_ISDIR(st.st_mode):
+        problem = directory_problem(st, private=True)
+    else:
+        problem = file_problem(st)
+    if problem:
+        raise UnsafePath(f"{what} {path} {problem}", fix)
+
+
+def private_temporary_directory(base: Path, prefix: str, what: str, fix: str) -> Path:
+    """A new directory of a random name in ``base`` (``mkdtemp``: 0700, never an existing one)."""
+    check_parent(base, what, fix)
+    try:
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    except OSError as error:
+        raise UnsafePath(f"{what} {base} is not usable ({error.strerror.lower()})", fix) from None
+
+
+# A Unix socket's path is at most 107 bytes (sun_path); a long $TMPDIR (a batch system's
+# per-job directory, pytest's) left no room: "AF_UNIX path too long" and no workers.
+SOCKET_PATH_MAX = 107
+
+
+def socket_directory(prefix: str, longest_name: int) -> Path:
+    """A new private directory (``mkdtemp``) for Unix sockets: in ``$TMPDIR``, or in /tmp
+    where a socket of ``longest_name`` would not fit under ``$TMPDIR``."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    if len(str(path)) + 1 + longest_name > SOCKET_PATH_MAX:
+        path.rmdir()
+        path = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    return path
+
+
+def write_file(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write ``path`` atomically (readers see all of it or none): a new file of a random name
+    (``O_EXCL``) beside it, renamed over it. Its directory must be safe (:func:`check_parent`)."""
+    check_parent(path.parent, "directory", f"put {path.name} in a directory only you can write")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), mode)
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException as error:
+        os.unlink(tmp)
+        if isinstance(error, PermissionError):  # a sticky directory: another user's file
+            raise UnsafePath(
+                f"{path} exists and belongs to another user", "use another name or directory"
+            ) from None
+        raise
+
+
+def file_problem(st: os.stat_result) -> str | None:
+    """What makes a file untrustworthy: not a regular file, not ours, writable by others."""
+    if not stat.S_ISREG(st.st_mode):
+        return "is not a regular file"
+    if st.st_uid != os.geteuid():
+        return f"belongs to {_owner(st)}, not to you"
+    if st.st_mode & OTHERS_WRITE:
+        return f"can be written by other users (mode {_mode(st)})"
+    return None
+
+
+MAX_LINKS = 8  # symbolic links followed, each ours, before a file is refused
+
+
+def read_trusted(path: Path, what: str, _links: int = 0) -> bytes:
+    """The contents of a file only we could have written (see the module's docstring).
+
+    A symbolic link of ours, in a directory nobody else can change, is followed (``hpc-cluster
+    up --scheduler-file`` makes one); another user's is refused.
+    """
+    fix = "use the one your own cluster wrote, in a directory only you can write"
+    with _open_directory(path.parent, follow=True) as dir_fd:
+        problem = parent_problem(os.fstat(dir_fd))
+        if problem:
+            raise UnsafePath(f"the directory of {what} {path} {problem}", fix)
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        try:
+            fd = os.open(path.name, flags, dir_fd=dir_fd)
+        except OSError as error:
+            if error.errno != errno.ELOOP:
+                raise
+            link = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
+            if link.st_uid != os.geteuid() or _links >= MAX_LINKS:
+                raise UnsafePath(
+                    f"{what} {path} is a symbolic link of {_owner(link)}'s", fix
+                ) from None
+            target = path.parent / os.readlink(path.name, dir_fd=dir_fd)
+            return read_trusted(target, what, _links + 1)
+    with os.fdopen(fd, "rb") as f:
+        problem = file_problem(os.fstat(f.fileno()))
+        if problem:
+            raise UnsafePath(f"{what} {path} {problem}", fix)
+        return f.read()
+
+
+def link(path: Path, target: Path) -> None:
+    """Make ``path`` a symbolic link to ``target``, replacing a file of ours there (atomically:
+    a new link of a random name, renamed over it)."""
+    check_parent(path.parent, "directory", f"put {path.name} in a directory only you can write")
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        os.unlink(tmp)
+        if isinstance(error, PermissionError):
+            raise UnsafePath(
+                f"{path} exists and belongs to another user", "use another name or directory"
+            ) from None
+        raise
+
+
+def rewrite_own_file(path: Path, data: bytes) -> None:
+    """Overwrite a file we made earlier (``mktemp``): never through a symlink, a hard link, a
+    FIFO or another user's file; made (``O_EXCL``) if it is not there."""
+    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    fix = "remove it; dask-hpc writes only its own files"
+    try:
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            fd = os.open(path, flags)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO nobody reads
+            raise UnsafePath(f"{path} is not a regular file", fix) from None
+        raise
+    with os.fdopen(fd, "wb") as f:
+        st = os.fstat(f.fileno())
+        problem = file_problem(st) or ("has other names (hard links)" if st.st_nlink != 1 else None)
+        if problem:
+            raise UnsafePath(f"{path} {problem}", fix)
+        f.truncate(0)
+        f.write(data)
