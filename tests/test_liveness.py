@@ -12,6 +12,7 @@ import pytest
 from distributed import Client, Scheduler
 
 from dask_hpc.errors import UsageError
+from dask_hpc.planning.scaling import hung_timeout
 from dask_hpc.running import given_up, liveness, roster
 from dask_hpc.running.worker import HpcWorker
 
@@ -98,14 +99,14 @@ def test_the_tick_interval_grows_with_the_ranks_up_to_a_third_of_the_timeout() -
 @pytest.mark.parametrize("value", ["abc", "", "nan", "4.9", "-30", [1]])
 def test_a_bad_timeout_is_a_usage_error_naming_the_setting_and_the_fix(value: object) -> None:
     with pytest.raises(UsageError) as error:
-        liveness.hung_timeout(value)
+        hung_timeout(value)
     assert "hpc.hung-timeout" in error.value.problem and "DASK_HPC__HUNG_TIMEOUT" in error.value.fix
 
 
 @pytest.mark.parametrize(("value", "seconds"), [(30, 30.0), ("45", 45.0), (0, None),
                                                 ("0", None), (False, None)])  # fmt: skip
 def test_good_timeouts(value: object, seconds: float | None) -> None:
-    assert liveness.hung_timeout(value) == seconds
+    assert hung_timeout(value) == seconds
 
 
 def test_what_rank_0_says_is_read_by_lines_even_split_anywhere() -> None:

@@ -3,8 +3,10 @@
 The main run covers the range's low end (the pinned release, constraints.txt); these run in the
 virtual environment tests/setup/newest_dask.sh builds (the newest Dask and distributed pip finds
 in the range, this checkout editable): the Nanny operations and failures of test_dask_compat
-(local mode and MPICH), test_local, and MPICH's launches in test_launch. dask-cuda's tests stay
-out: dask-cuda 26.10 pins its own Dask (2026.7.1), which the main run covers.
+(local mode and MPICH), test_local, MPICH's launches in test_launch, and every change of Dask's
+behaviour at scale (``dask_hpc.at_scale``: its tests, and test_scale's in-process ones).
+dask-cuda's tests stay out: dask-cuda 26.10 pins its own Dask (2026.7.1), which the main run
+covers.
 DASK_VERSION=X runs them against release X instead (after: DASK_VERSION=X bash
 tests/setup/newest_dask.sh).
 """
@@ -22,7 +24,26 @@ from packaging.specifiers import SpecifierSet
 from support import REPO
 
 CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
-FILES = ["tests/test_dask_compat.py", "tests/test_local.py", "tests/test_launch.py"]
+FILES = [
+    "tests/test_dask_compat.py",
+    "tests/test_local.py",
+    "tests/test_launch.py",
+    # Dask changed at scale (dask_hpc.at_scale): each of our versions of Dask's methods
+    "tests/test_many_workers.py",
+    "tests/test_heartbeats.py",
+    "tests/test_event_loop.py",
+    "tests/test_log_summary.py",
+    "tests/test_lighter_tls.py",
+    *(
+        f"tests/test_scale.py::{name}"  # its in-process ones; the others start 2,000 workers
+        for name in (
+            "test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other",
+            "test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error",
+            "test_a_running_workers_failed_heartbeat_is_still_reported",
+            "test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_break_off",
+        )
+    ),
+]
 SELECT = "not cuda and not srun and not sbatch and not openmpi and not emulated"
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(900)]

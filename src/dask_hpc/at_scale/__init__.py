@@ -1,1 +1,13 @@
-"""at_scale"""
+"""Dask changed at scale: our own versions of Dask's methods and settings, each kept to what a
+measurement at scale justifies, with the Dask releases it was checked against.
+
+Owns: ``many_workers`` (the scheduler's cost per worker kept flat), ``heartbeats`` (workers'
+heartbeats over the stream they already hold), ``event_loop`` (a bounded number of ready
+connections per turn of the scheduler's loop), ``log_summary`` (Dask's repeated warnings
+summarised), ``lighter_tls`` (listeners that hand out no TLS session tickets). Each module's
+docstring says which Dask methods it replaces, the Dask releases it was checked against (the
+low end of the declared range, constraints.txt, and the newest in it,
+tests/test_newest_dask.py) and the measurement behind it (docs/scale.md, docs/performance.md).
+
+May import: nothing of dask-hpc (Dask only), so any process of ours can take a change alone.
+"""

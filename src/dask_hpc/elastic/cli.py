@@ -262,7 +262,7 @@ def print_links(scheduler_file: Path) -> int:
 
 
 def remote(args: argparse.Namespace) -> int:
-    from .. import connect
+    from ..guard.connection import connect
     from . import state
 
     path = Path(args.scheduler_file).expanduser()

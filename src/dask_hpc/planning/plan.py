@@ -24,9 +24,8 @@ from .. import config
 from ..errors import UsageError
 from ..guard import import_path, private
 from ..guard.connection import read_scheduler_file
-from ..running.liveness import hung_timeout
 from . import binding, gpus, launchers, network, paths, resources, worker_kind
-from .scaling import poll_max_interval, scale_needs
+from .scaling import hung_timeout, poll_max_interval, scale_needs
 from .sites import Site, detect_site, load_site
 
 NO_LOCAL_STORAGE_ENV = {

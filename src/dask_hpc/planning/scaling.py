@@ -1,11 +1,13 @@
 """What a cluster of a given size needs from each rank: Dask's timeouts raised with the number
-of workers, file descriptors, an oversubscribed node's idle costs, and how often ranks poll.
+of workers, file descriptors, an oversubscribed node's idle costs, how often ranks poll, and how
+long a rank may be silent before it is given up (``hpc.hung-timeout``).
 
 Decided in the plan (``plan.make_plan``) before anything starts.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,6 +16,7 @@ import dask.config
 from dask.utils import parse_timedelta
 
 from .. import config
+from ..errors import UsageError
 
 # What rank 0 holds per worker and per rank (measured with benchmarks/scale.py: ~2.2 file
 # descriptors per worker in the scheduler, a roll-call connection per rank), with headroom for
@@ -121,3 +124,33 @@ def poll_max_interval(ranks: int) -> float:
     """The cap of a rank's scheduler-file polling: all ranks together read it ~2000 times a
     second at most (0.1 s for up to 200 ranks, 2 s from 4000)."""
     return min(2.0, max(0.1, ranks / 2000))
+
+
+# A rank silent this long is given up (how rank 0 finds it: running.liveness).
+HUNG_SETTING = "hpc.hung-timeout"
+HUNG_ENV = "DASK_HPC__HUNG_TIMEOUT"
+MIN_HUNG_TIMEOUT = 5.0  # below it, a rank a busy node keeps off the CPU for seconds is given up
+
+
+def hung_timeout(value: object = None) -> float | None:
+    """``hpc.hung-timeout`` checked: seconds, or None when it is 0 (no check)."""
+    value = config.get("hung-timeout") if value is None else value
+    fix = (
+        f"set {HUNG_SETTING} ({HUNG_ENV}) to seconds, at least {MIN_HUNG_TIMEOUT:g}, "
+        "or 0 to turn it off"
+    )
+    if value is False:
+        return None
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise UsageError(f"{HUNG_SETTING} {str(value)!r} is not a number", fix) from None
+    if seconds == 0:
+        return None
+    if not math.isfinite(seconds) or seconds < MIN_HUNG_TIMEOUT:
+        raise UsageError(
+            f"{HUNG_SETTING} {str(value)!r} is below {MIN_HUNG_TIMEOUT:g} s (a rank on a busy node "
+            "would be given up)",
+            fix,
+        )
+    return seconds

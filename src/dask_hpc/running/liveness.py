@@ -28,37 +28,8 @@ tick, and named in one line; a rank that its node's load keeps off the CPU for l
 
 from __future__ import annotations
 
-import math
-
-from .. import config
-from ..errors import UsageError
-
-SETTING = "hpc.hung-timeout"
-ENV = "DASK_HPC__HUNG_TIMEOUT"
-MIN_TIMEOUT = 5.0  # below it, a rank that a busy node keeps off the CPU for seconds is given up
 HUNG_TICKS = 6  # ticks per timeout (see tick_interval)
 TICKS_PER_SECOND = 1000  # what rank 0's process sends (and reads) at most, all ranks together
-
-
-def hung_timeout(value: object = None) -> float | None:
-    """``hpc.hung-timeout`` checked: seconds, or None when it is 0 (no check)."""
-    value = config.get("hung-timeout") if value is None else value
-    fix = f"set {SETTING} ({ENV}) to seconds, at least {MIN_TIMEOUT:g}, or 0 to turn it off"
-    if value is False:
-        return None
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        raise UsageError(f"{SETTING} {str(value)!r} is not a number", fix) from None
-    if seconds == 0:
-        return None
-    if not math.isfinite(seconds) or seconds < MIN_TIMEOUT:
-        raise UsageError(
-            f"{SETTING} {str(value)!r} is below {MIN_TIMEOUT:g} s (a rank on a busy node "
-            "would be given up)",
-            fix,
-        )
-    return seconds
 
 
 def tick_interval(timeout: float, ranks: int) -> float:
