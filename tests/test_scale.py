@@ -134,7 +134,7 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
     from distributed import Scheduler, Worker
 
     from dask_hpc.at_scale import many_workers
-    from dask_hpc.running.processes import close_workers
+    from dask_hpc.at_scale.closing import close_workers
 
     async def remove_worker_messages(close) -> int:
         sent = []
@@ -237,8 +237,8 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
     from distributed import Scheduler
     from distributed.security import Security
 
+    from dask_hpc.at_scale.closing import close_workers
     from dask_hpc.guard import security
-    from dask_hpc.running.processes import close_workers
 
     files = security.create(tmp_path, "test")
     tls = Security(

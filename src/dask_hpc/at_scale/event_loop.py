@@ -12,6 +12,11 @@ turn to what those cost (a TLS handshake step is ~1 ms of CPU, a worker's regist
 the others stay ready and are handed out in the next turns, in turn (epoll puts a reported
 level-triggered descriptor at the back of its ready list). The same work is done, in more,
 shorter turns, with timers and other messages in between.
+
+Measured (docs/scale.md, with the frozen objects of ``many_workers``): the scheduler's longest
+stall at the start of 10,000 workers 8.9 -> 0.83 s, at their end 13.5 -> 3.9 s. Checked against
+distributed 2026.7.1 (the range's low end, constraints.txt) and 2026.8.0 (the newest in range:
+tests/test_newest_dask.py runs its tests there).
 """
 
 from __future__ import annotations

@@ -16,6 +16,11 @@ worker asks the scheduler on registration whether it takes heartbeats this way, 
 ``scheduler`` RPC object sends ``heartbeat_worker`` on the stream (``StreamHeartbeats``), so
 Dask's own ``Worker.heartbeat`` builds the heartbeat and reads the reply as always. A scheduler
 that does not answer (not start-cluster's) gets Dask's RPC heartbeats.
+
+Measured (docs/scale.md): one open file per worker in rank 0 (20,040 at 10,000 workers, not
+~30,000), no second handshake per worker. Checked against distributed 2026.7.1 (the range's low
+end, constraints.txt) and 2026.8.0 (the newest in range: tests/test_newest_dask.py runs its
+tests there).
 """
 
 from __future__ import annotations

@@ -9,6 +9,13 @@ nothing a Dask user sees: the same warnings, the same state, less work per worke
 - Root tasks placed without queuing (``worker-saturation: inf``) stop looking for a worker at
   the first idle one that no other can beat.
 - Python's full garbage collections leave the scheduler's long-lived objects alone.
+
+Measured (benchmarks/scale.py at 10,000 workers, docs/scale.md): the version check and the
+removals, the scheduler loop's CPU per join 6.92 -> 2.51 ms, per removal 2.54 -> 1.51 ms, all
+connected 163.6 -> 78.6 s; the root tasks, one 158.8 s turn of the loop at 100,000 of them
+(issue 28); the frozen objects, 55 full collections of 0.46 s at 10,000 idle workers. Checked
+against distributed 2026.7.1 (the range's low end, constraints.txt) and 2026.8.0 (the newest in
+range: tests/test_newest_dask.py runs its tests there).
 """
 
 from __future__ import annotations

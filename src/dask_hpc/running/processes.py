@@ -23,6 +23,7 @@ from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import get_ip
 
 from ..at_scale import event_loop, heartbeats, log_summary, many_workers
+from ..at_scale.closing import close_on_signal, close_workers
 from ..at_scale.lighter_tls import Security
 from ..errors import say
 from ..guard import dashboard
@@ -123,47 +124,6 @@ def scheduler_main(spec: ProcessSpec, events_fd: int, control_fd: int) -> int:
     finally:
         log_summary.flush()
     return EXIT_CLOSED
-
-
-CLOSE_PER_TURN = 64  # workers told to close per turn of the event loop (see close_workers)
-
-
-async def close_on_signal(scheduler: Scheduler) -> None:
-    """SIGTERM (or SIGINT) to the scheduler's process: a batch system stops the job (``scancel``
-    and the walltime signal every process of its steps), so its workers are leaving too.
-
-    Dask's ``Scheduler.close`` closes each worker's connection, and each then goes through
-    ``remove_worker``, which goes over every remaining worker: O(W^2) over a shutdown, ~18 s
-    at 10,000 workers. The cluster is ending: as in ``close_workers``, those loops are skipped.
-    """
-    if isinstance(scheduler.workers, many_workers.Workers):
-        scheduler.workers.ending = True
-    log_summary.mute("tls-refused")
-    await scheduler.close(reason="start-cluster-signal")
-
-
-def close_workers(scheduler: Scheduler) -> asyncio.Task[None]:
-    """Close every worker (and its Nanny), keeping the scheduler up, so the rank sees them go.
-
-    The cluster is ending, so the scheduler no longer goes over the remaining workers for each
-    one that leaves (``many_workers.Workers``), nor warns about the TLS handshakes that closing
-    workers break off (their heartbeat's connection, with Dask's own workers: 161 warnings on
-    the terminal at 1,000 workers). They are told ``CLOSE_PER_TURN`` at a time, one batch per
-    turn of the event loop: all at once, each worker's message went out in one turn of the
-    next (10,000 workers: a turn of 3.0 s of the loop's CPU; ``event_loop``).
-    """
-    log_summary.mute("tls-refused")
-    if isinstance(scheduler.workers, many_workers.Workers):
-        scheduler.workers.ending = True
-
-    async def in_batches() -> None:
-        addresses = list(scheduler.workers)
-        for first in range(0, len(addresses), CLOSE_PER_TURN):
-            for address in addresses[first : first + CLOSE_PER_TURN]:
-                scheduler.close_worker(address)
-            await asyncio.sleep(0)
-
-    return asyncio.ensure_future(in_batches())
 
 
 def worker_main(spec: ProcessSpec, address: str) -> int:
