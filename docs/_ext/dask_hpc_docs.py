@@ -149,16 +149,29 @@ class HpcConfig(_Generated):
         return _table(["key", "default", "what"], rows)
 
 
-def package_imports(tree: ast.Module, modules: set[str]) -> list[str]:
-    """The package's own modules that a module imports (at the top or inside a function)."""
+def package_imports(tree: ast.Module, package: Path, module: str) -> list[str]:
+    """The package's own modules that ``module`` of ``package`` imports (at the top or inside a
+    function): a module of the same (sub)package by its name, any other from ``dask_hpc``
+    (``guard.private``, ``errors``)."""
+    here = ["dask_hpc", *package.relative_to(SRC).parts]
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names if alias.name in modules)
-    return sorted(found & modules)
+        if not isinstance(node, ast.ImportFrom) or not node.level:
+            continue
+        base = here[: len(here) - node.level + 1] + (node.module.split(".") if node.module else [])
+        for alias in node.names:
+            full = base + [alias.name] if _is_module(base + [alias.name]) else base
+            if len(full) > 1 and full[:-1] == here:
+                found.add(full[-1])
+            elif len(full) > 1:
+                found.add(".".join(full[1:]))
+    return sorted(found - {module})
+
+
+def _is_module(parts: list[str]) -> bool:
+    """``["dask_hpc", "guard", "private"]``: a module or subpackage of ours."""
+    path = SRC.joinpath(*parts[1:])
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 class LauncherTable(_Generated):
@@ -218,13 +231,13 @@ def module_rows(package: Path) -> list[list[str]]:
         if not p.name.startswith("_") or p.name == "__init__.py"  # not _version.py (built)
     ]
     paths += sorted(p / "__init__.py" for p in package.iterdir() if (p / "__init__.py").is_file())
-    modules = {p.parent.name if p.name == "__init__.py" else p.stem for p in paths}
     rows = []
     for path in paths:
         tree = ast.parse(path.read_text())
         first = (ast.get_docstring(tree) or "").split("\n\n")[0]
         name = path.name if path.parent == package else f"{path.parent.name}/"
-        uses = ", ".join(package_imports(tree, modules - {path.stem}))
+        stem = path.parent.name if path.name == "__init__.py" else path.stem
+        uses = ", ".join(package_imports(tree, package, stem))
         rows.append([_literal(name), _escape(first), _escape(uses)])
     return rows
 
