@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from . import __version__
 from .errors import UsageError, say, stdout_closed
+from .planning.settings import Settings
 
 USAGE = "start-cluster {cpu,gpu} WORKERS_PER_NODE [options] [-- COMMAND [ARGS...]]"
 EPILOG = """\
@@ -221,7 +222,8 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
     return argv, None
 
 
-def parse(argv: Sequence[str]) -> argparse.Namespace:
+def parse(argv: Sequence[str]) -> Settings:
+    """The command line as typed settings (``planning.settings``); UsageError for bad input."""
     options, command = split_command(argv)
     args, extra = build_parser().parse_known_args(options)
     if extra:
@@ -236,7 +238,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
             f"a COMMAND goes after --: start-cluster {' '.join([*head, '--', *extra])}",
         )
     args.command = command
-    return args
+    return Settings.from_options(vars(args))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

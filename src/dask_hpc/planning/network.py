@@ -5,7 +5,6 @@ starts.
 
 from __future__ import annotations
 
-import argparse
 import errno
 import ipaddress
 import socket
@@ -14,6 +13,7 @@ import psutil
 
 from .. import config
 from ..errors import UsageError
+from .settings import Settings
 from .sites import Site
 
 
@@ -29,7 +29,7 @@ def interface_address(name: str) -> str:
     )
 
 
-def host_address(args: argparse.Namespace, site: Site, notes: list[str]) -> str | None:
+def host_address(args: Settings, site: Site, notes: list[str]) -> str | None:
     """The IP to listen on: an explicit interface must exist, a site's default only if it does."""
     if args.interface:
         return interface_address(args.interface)
@@ -82,7 +82,7 @@ def parse_dashboard(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def tls_and_protocol(args: argparse.Namespace, notes: list[str]) -> tuple[bool, str]:
+def tls_and_protocol(args: Settings, notes: list[str]) -> tuple[bool, str]:
     """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
     tls = bool(config.get("tls") if args.tls is None else args.tls)
     if not tls:

@@ -7,7 +7,6 @@ Made and checked through ``private`` (race-free, owner-checked, no symlink follo
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import tempfile
@@ -18,6 +17,7 @@ from .. import config
 from ..errors import UsageError
 from ..guard import private
 from . import launchers
+from .settings import Settings
 from .sites import Site, expand_vars
 
 SCHEDULER_FIX = (
@@ -35,7 +35,7 @@ def _usable_directory(path: Path, what: str, fix: str) -> Path:
 
 
 def cluster_paths(
-    args: argparse.Namespace, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
+    args: Settings, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
 ) -> tuple[Path, Path]:
     """(cluster directory, scheduler file) for this launch."""
     if args.join:
@@ -79,7 +79,7 @@ def given_path(text: str, option: str, env: Mapping[str, str]) -> str:
     return expanded
 
 
-def local_base(args: argparse.Namespace, site: Site, env: Mapping[str, str]) -> Path:
+def local_base(args: Settings, site: Site, env: Mapping[str, str]) -> Path:
     """Where each rank makes its private local directory (``private_local_directory``)."""
     given = args.local_directory and given_path(args.local_directory, "--local-directory", env)
     text = given or site.expand(site.local_directory, env) or tempfile.gettempdir()

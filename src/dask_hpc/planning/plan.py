@@ -1,4 +1,5 @@
-"""Turn the command line and the environment into a plan: what this rank starts, and how.
+"""Turn the command line's settings (``settings.Settings``) and the environment into a plan:
+what this rank starts, and how.
 
 Everything here is decided before anything starts, so bad input fails with nothing running,
 and ``--dry-run`` prints exactly what a real run would do. The parts it asks: ``paths`` (where
@@ -8,7 +9,6 @@ the files go), ``network`` (addresses, ports, TLS), ``worker_kind`` (GPUs, worke
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
@@ -26,6 +26,7 @@ from ..guard import import_path, private
 from ..guard.connection import read_scheduler_file
 from . import binding, gpus, launchers, network, paths, resources, worker_kind
 from .scaling import hung_timeout, poll_max_interval, scale_needs
+from .settings import Settings
 from .sites import Site, detect_site, load_site
 
 NO_LOCAL_STORAGE_ENV = {
@@ -213,7 +214,7 @@ def private_local_directory(plan: Plan) -> Path:
 
 
 def _scheduler_spec(
-    args: argparse.Namespace, rank: launchers.RankInfo, host_ip: str | None, protocol: str
+    args: Settings, rank: launchers.RankInfo, host_ip: str | None, protocol: str
 ) -> ProcessSpec:
     host = host_ip or ("127.0.0.1" if rank.launcher == "none" else None)
     port = args.scheduler_port
@@ -232,7 +233,7 @@ def _scheduler_spec(
     return ProcessSpec("scheduler", "scheduler", options)
 
 
-def _check_command(args: argparse.Namespace, rank: launchers.RankInfo) -> None:
+def _check_command(args: Settings, rank: launchers.RankInfo) -> None:
     if args.name_prefix is not None and (
         not args.join or not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", args.name_prefix)
     ):
@@ -270,7 +271,7 @@ def _check_join(path: Path) -> None:
 
 
 def make_plan(
-    args: argparse.Namespace,
+    args: Settings,
     env: Mapping[str, str] | None = None,
     node: resources.NodeResources | None = None,
     gpu_root: Path = Path("/"),

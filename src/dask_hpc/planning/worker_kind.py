@@ -5,12 +5,12 @@ dask-cuda is installed), with the dask-cuda options checked against it.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Mapping
 from pathlib import Path
 
 from ..errors import UsageError
 from . import gpus
+from .settings import Settings
 from .sites import Site
 
 
@@ -40,7 +40,7 @@ def gpu_node(
 
 
 def worker_class(
-    args: argparse.Namespace, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
+    args: Settings, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
 ) -> str:
     cuda_flags = [
         flag
