@@ -18,6 +18,9 @@ from support import TESTS, start_cluster
 from dask_hpc.at_scale import log_summary
 from dask_hpc.planning.scaling import FDS_BASE
 
+REPO = Path(__file__).resolve().parent.parent
+BENCH = [sys.executable, "-m"]  # + the benchmark's module, run from REPO (docs/scale.md)
+
 MEMORY_JOB = TESTS / "jobs" / "memory_job.py"
 LIMITS = [
     sys.executable,
@@ -169,7 +172,7 @@ def test_a_cluster_shutdown_does_not_tell_each_leaving_worker_about_every_other(
 
 
 def test_a_heartbeat_cut_short_by_its_workers_close_is_not_an_error(monkeypatch) -> None:
-    """At scale many heartbeats are in flight when the workers close (benchmarks/scale.py).
+    """At scale many heartbeats are in flight when the workers close (benchmarks.scale).
     Here by RPC (Dask's scheduler, which takes none on the stream: tests/test_heartbeats.py)."""
     import asyncio
 
@@ -274,12 +277,11 @@ def test_a_cluster_shutdown_does_not_warn_of_handshakes_that_closing_workers_bre
 
 
 def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
-    """benchmarks/scale.py (docs/scale.md) at two small sizes, with a short idle period and a
-    small computation: its table, its scheduler probe's rows, the computation's result and
-    the goals (not timed here)."""
-    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
-    argv = [sys.executable, str(bench), "--workers", "10", "30", "--idle", "1", "--tasks", "300"]
-    result = run_cmd(argv, env=cluster_env, timeout=300)
+    """python -m benchmarks.scale (docs/scale.md) at two small sizes, with a short idle period
+    and a small computation: its table, its scheduler probe's rows, the computation's result
+    and the goals (not timed here)."""
+    argv = [*BENCH, "benchmarks.scale", "--workers", "10", "30", "--idle", "1", "--tasks", "300"]
+    result = run_cmd(argv, env=cluster_env, timeout=300, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     rows: dict[str, list[str]] = {}  # the first table's rows
     for line in result.stdout.splitlines():
@@ -297,13 +299,12 @@ def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> 
 
 
 def test_the_scale_stop_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:
-    """benchmarks/scale_stop.py (docs/scale.md) at 30 workers, stopped the three ways: COMMAND's
-    exit (rank 0 exits 0), SIGTERM to every process as scancel sends it and to the ranks alone
-    as mpiexec forwards it (rank 0 exits 143); every time nothing is left in rank 0's
-    directories (the timings are printed against the goals, not asserted)."""
-    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_stop.py"
-    result = run_cmd([sys.executable, str(bench), "--workers", "30"], env=cluster_env,
-                     timeout=300)  # fmt: skip
+    """python -m benchmarks.scale.stop (docs/scale.md) at 30 workers, stopped the three ways:
+    COMMAND's exit (rank 0 exits 0), SIGTERM to every process as scancel sends it and to the
+    ranks alone as mpiexec forwards it (rank 0 exits 143); every time nothing is left in rank
+    0's directories (the timings are printed against the goals, not asserted)."""
+    result = run_cmd([*BENCH, "benchmarks.scale.stop", "--workers", "30"], env=cluster_env,
+                     timeout=300, cwd=REPO)  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     rows: dict[str, list[str]] = {}
     for line in result.stdout.splitlines():
@@ -329,14 +330,13 @@ MAX_JOIN_GROWTH = 1.6
 def test_the_schedulers_cost_per_join_does_not_grow_from_500_to_2000_workers(
     run_cmd, cluster_env, tmp_path: Path
 ) -> None:
-    """benchmarks/scale.py at 500 and 2,000 workers, start and shutdown only (issue 28's
+    """python -m benchmarks.scale at 500 and 2,000 workers, start and shutdown only (issue 28's
     reduced run): the scheduler's CPU per joining worker stays flat, and it holds one
     connection per worker (heartbeats on the worker's stream, not a connection of their own)."""
-    bench = Path(__file__).resolve().parent.parent / "benchmarks" / "scale.py"
     out = tmp_path / "scale.json"
-    argv = [sys.executable, str(bench), "--workers", "500", "2000", "--idle", "0", "--tasks",
+    argv = [*BENCH, "benchmarks.scale", "--workers", "500", "2000", "--idle", "0", "--tasks",
             "0", "--json", str(out)]  # fmt: skip
-    result = run_cmd(argv, env=cluster_env, timeout=1400)
+    result = run_cmd(argv, env=cluster_env, timeout=1400, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     sizes = {r["workers"]: r for r in json.loads(out.read_text())}
     small, large = sizes[500], sizes[2000]

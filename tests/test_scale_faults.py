@@ -1,4 +1,5 @@
-"""benchmarks/scale_faults.py (docs/reliability.md, Faults at scale) at a small size, in CI."""
+"""python -m benchmarks.scale.faults (docs/reliability.md, Faults at scale) at a small size, in
+CI."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "scale_faults.py"
+REPO = Path(__file__).resolve().parent.parent
+BENCH = [sys.executable, "-m", "benchmarks.scale.faults"]  # run from REPO
 
 
 def table_rows(stdout: str) -> tuple[dict[str, list[str]], list[list[str]]]:
@@ -33,9 +35,9 @@ def test_the_scale_faults_benchmark_runs_and_prints_its_table(run_cmd, cluster_e
     start-cluster's hung-rank check, which woken it survives not; every task's result is
     right; nobody healthy is dropped. The timings are printed against the goals, not asserted
     (benchmarks, not timed tests)."""
-    argv = [sys.executable, str(BENCH), "--workers", "20", "--tasks-per-worker", "5",
+    argv = [*BENCH, "--workers", "20", "--tasks-per-worker", "5",
             "--task-seconds", "0.5", "--stall", "1", "--timeout", "240"]  # fmt: skip
-    result = run_cmd(argv, env=cluster_env, timeout=860)
+    result = run_cmd(argv, env=cluster_env, timeout=860, cwd=REPO)
     assert result.returncode == 0, result.stderr[-3000:]
     rows, goals = table_rows(result.stdout)
     assert rows[""][0].startswith("2 ranks killed (SIGKILL of 1 processes)"), rows[""]

@@ -1,16 +1,16 @@
 """Faults at scale: a tenth of the ranks killed mid-computation, and ranks stuck at the roll call.
 
-The cluster is benchmarks/scale.py's (``scale_launch``, ``scale_sim``: imported, not copied):
+The cluster is the scale benchmark's (``launch``, ``sim``: imported, not copied):
 rank 0 is the real ``start-cluster`` (scheduler, roll call, TLS, its own Nanny and worker,
 COMMAND) told by an emulated Open MPI environment that it is rank 0 of N ranks; the other
 ranks are simulated, up
 to 250 per process, each with start-cluster's own worker class on a shared event loop. Here
 the simulator processes are sized so that whole processes make up the fault: a lost node is
 SIGKILL of the processes holding its ranks (their connections break, as the kernel closes
-them), a stuck node is SIGSTOP of them. COMMAND is a Dask client (``_job`` below) that runs
+them), a stuck node is SIGSTOP of them. COMMAND is a Dask client (``faults_job``) that runs
 many short tasks on every worker and checks each task's result.
 
-    PYTHONPATH=src python benchmarks/scale_faults.py [--workers 1000] [--scenario all]
+    PYTHONPATH=src python -m benchmarks.scale.faults [--workers 1000] [--scenario all]
         [--kill-fraction 0.1] [--stuck-fraction 0.01] [--stall 10] [--hang-fraction 0.01]
         [--hung-timeout 30] [--tasks-per-worker 5] [--task-seconds 1] [--no-pin]
 
@@ -30,18 +30,18 @@ The scenarios, each a run of its own (``all``: kill, stuck, then hang; ``both``:
   start-cluster's at least 5 minutes, checked once per TTL). The stopped processes are
   continued once COMMAND has its result: the woken ranks must stop by themselves.
 
-What is measured, at the scheduler, by a preload (``benchmarks/scheduler_probe.py``,
-``FaultWatch``): every worker removal (when, which worker, why Dask removed it), the event
-loop's stalls (a callback due every 10 ms notes how late it runs, and how much CPU the
-scheduler's thread and process used meanwhile: a loop busy with its own work, or a process that
-got no CPU on a busy machine), and Dask's own "Event loop was unresponsive in Scheduler"
-messages (``distributed.admin.tick``, its limit set to 1 s here); where the loop was while
-late (its stack, sampled), the garbage collector's passes, the connections it accepted, and
-the CPU of Dask's ``remove_worker``. On a shared machine a stall's wall-clock length is mostly
-the machine (rank 0 waiting for a CPU); the CPU its loop used in it is its own work (though
-events that piled up meanwhile make that turn longer too). The table puts the goals of issue
-19 next to the numbers, for the fault's window and for the whole run: loss detected within
-10 s, no loop stall over 1 s, zero healthy workers dropped, the result right.
+What is measured, at the scheduler, by a preload (``probe``, ``FaultWatch``): every worker
+removal (when, which worker, why Dask removed it), the event loop's stalls (a callback due
+every 10 ms notes how late it runs, and how much CPU the scheduler's thread and process used
+meanwhile: a loop busy with its own work, or a process that got no CPU on a busy machine), and
+Dask's own "Event loop was unresponsive in Scheduler" messages (``distributed.admin.tick``, its
+limit set to 1 s here); where the loop was while late (its stack, sampled), the garbage
+collector's passes, the connections it accepted, and the CPU of Dask's ``remove_worker``. On a
+shared machine a stall's wall-clock length is mostly the machine (rank 0 waiting for a CPU);
+the CPU its loop used in it is its own work (though events that piled up meanwhile make that
+turn longer too). The table puts the goals of issue 19 next to the numbers, for the fault's
+window and for the whole run: loss detected within 10 s, no loop stall over 1 s, zero healthy
+workers dropped, the result right (``faults_report``).
 """
 
 from __future__ import annotations
@@ -52,24 +52,21 @@ import json
 import math
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
-from scale_launch import REPO, SRC, Launch, dump, split_cpus
-from scale_sim import RANKS_PER_SIM
+from .common import measure, note, parser, wait_for
+from .faults_report import PHASES, report
+from .launch import PROBE, Launch, dump, module, split_cpus
+from .sim import RANKS_PER_SIM
 
 BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
-# Launch -> all connected; -> every worker's first heartbeat sent (Dask opens a second TLS
-# connection per worker for it) and the computation submitted; the computation; the fault ->
-# every lost worker removed (+0.5 s), or SIGCONT -> all connected; COMMAND's exit -> all gone.
-PHASES = ("start", "heartbeats", "job", "fault", "shutdown")
 
 
 def layout(size: int, special: int, role: str) -> list[tuple[int, int, str]]:
@@ -96,90 +93,11 @@ def layout(size: int, special: int, role: str) -> list[tuple[int, int, str]]:
 
 
 def worker_names(first: int, count: int, per_rank: int) -> set[str]:
-    """The names the simulated ranks give their workers (as ``scale_sim.sim_rank`` does)."""
+    """The names the simulated ranks give their workers (as ``sim.sim_rank`` does)."""
     ranks = range(first, first + count)
     if per_rank == 1:
         return {str(r) for r in ranks}
     return {f"{r}-{i}" for r in ranks for i in range(per_rank)}
-
-
-def wait_for(condition, timeout: float, step: float = 0.01) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` s pass (False)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True
-
-
-# ---------------------------------------------------------------------------- the job (COMMAND)
-
-
-def work(i: int, seconds: float) -> int:
-    time.sleep(seconds)
-    return i * i
-
-
-def check(values: list[int]) -> tuple[int, int]:
-    """On a worker: how many results, and how many of them wrong."""
-    return len(values), sum(v != i * i for i, v in enumerate(values))
-
-
-def job_main(args: argparse.Namespace) -> int:
-    """COMMAND: many short tasks on every worker, each result checked; writes JSON to --out."""
-    from distributed import Client
-
-    out: dict = {"error": None}
-    settled = Path(args.settled_dir)
-    if not wait_for(lambda: len(os.listdir(settled)) >= args.sims, args.timeout, 0.05):
-        out["error"] = "the simulated workers never all sent a heartbeat"
-        Path(args.out).write_text(json.dumps(out))
-        return 1
-    client = Client()
-
-    def workers() -> int:
-        return client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.workers))
-
-    out["workers_before"] = workers()
-    tasks = round(args.tasks_per_worker * out["workers_before"])
-    out["tasks"] = tasks
-    out["started"] = time.time()
-    futures = client.map(work, range(tasks), seconds=args.task_seconds, pure=False)
-    checked = client.submit(check, futures, pure=False)
-    # Running on the workers: a fifth of the tasks done. Then the fault (the benchmark waits
-    # for this file).
-    running = wait_for(lambda: sum(f.done() for f in futures) >= tasks // 5, args.timeout, 0.05)
-    out["go"] = time.time()
-    tmp = Path(args.go + ".tmp")
-    tmp.write_text(str(out["go"]))
-    tmp.rename(args.go)
-    try:
-        if not running:
-            raise TimeoutError("a fifth of the tasks were not done in time")
-        # Every result is checked on the cluster, by one task that depends on all of them: a
-        # result that a lost worker held is computed again first, as Dask does for any task
-        # that needs it. (A plain client.gather of results spread over W workers has the
-        # scheduler itself open a TLS connection to each of them: at 1,000 workers, seconds of
-        # its event loop spent on handshakes, which is not what this measures.)
-        count, wrong = checked.result(timeout=args.timeout)
-        out["done"] = time.time()
-        out["wrong"] = wrong + (tasks - count)
-    except Exception as error:  # noqa: BLE001 (reported in the table: the result is not right)
-        out["error"] = repr(error)[:300]
-    out["result_ok"] = out["error"] is None and out.get("wrong") == 0
-    # The computation may end before the scheduler removed the last lost worker: wait for that
-    # (the benchmark measures it at the scheduler), so COMMAND's exit starts the shutdown after.
-    expected = out["workers_before"] - args.lost
-    wait_for(lambda: workers() <= expected, args.timeout, 0.1)
-    out["workers_after"] = workers()
-    out["end"] = time.time()
-    client.close()
-    Path(args.out).write_text(json.dumps(out))
-    return 0 if out["result_ok"] else 1
-
-
-# ---------------------------------------------------------------------------- the benchmark
 
 
 class Fault(threading.Thread):
@@ -280,7 +198,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         ttl = scaling.scale_needs(opts.workers, size, opts.per_rank, 1, {}).worker_ttl
         timeout += 2 * ttl + 60
     command = [
-        sys.executable, __file__, "_job",
+        *module("faults_job"),
         "--settled-dir", str(launch.settled),
         "--sims", str(len(procs)),
         "--tasks-per-worker", str(opts.tasks_per_worker),
@@ -291,7 +209,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "--timeout", str(timeout),
     ]  # fmt: skip
     probe_env = {
-        "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(REPO / "benchmarks" / "scheduler_probe.py"),
+        "DASK_DISTRIBUTED__SCHEDULER__PRELOAD": str(PROBE),
         "SCALE_PROBE_OUT": str(files / "probe.json"),
         "SCALE_FAULTS_OUT": str(faults),
         "DASK_DISTRIBUTED__ADMIN__TICK__LIMIT": "1s",  # Dask's warning threshold: the goal
@@ -426,201 +344,44 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     }
 
 
-def cell(value, fmt: str = "{:.2f}") -> str:
-    return "–" if value is None else fmt.format(value)
+def scenarios(opts: argparse.Namespace, tmp: Path) -> Iterator[dict]:
+    """Each scenario asked for, a run of its own."""
+    names = {"both": ["kill", "stuck"], "all": ["kill", "stuck", "hang"]}.get(
+        opts.scenario, [opts.scenario])  # fmt: skip
+    for scenario in names:
+        r = run_scenario(scenario, opts, tmp)
+        note(f"measured {scenario} at W={opts.workers}: start {r['start_s']:.1f} s, "
+             f"removed {r['removed']}, longest stall {r['longest_stall_s']:.2f} s, "
+             f"result {'right' if r['result_ok'] else 'WRONG'}, load {r['load']:.1f}")
+        yield r
 
 
-def stall_cell(seconds: float) -> str:
-    """A stall's seconds; the probe keeps only those of 0.1 s or more."""
-    return f"{seconds:.2f}" if seconds else "< 0.10"
-
-
-def stall_cpu(stall: tuple | None) -> str:
-    if stall is None:
-        return "none over 0.1 s"
-    late, thread_cpu, process_cpu, phase, _ = stall
-    return f"{phase}; {thread_cpu:.2f}, {process_cpu:.2f}"
-
-
-def report(results: list[dict]) -> None:
-    first = results[0]
-    print(f"\nFaults at scale, {os.cpu_count()} CPUs, TLS on, W = {first['workers']} workers "
-          f"on {first['ranks']} ranks (rank 0 real, the others simulated); COMMAND runs "
-          f"{first['tasks']} tasks and checks each result")  # fmt: skip
-    titles = {
-        "kill": "{special} ranks killed (SIGKILL of {special_procs} processes) mid-computation",
-        "hang": "{special} ranks hung (SIGSTOP of {special_procs} processes) mid-computation",
-        "stuck": "{special} rank(s) stopped (SIGSTOP) at launch, before the roll call, for "
-                 "{stalled:.0f} s ({stall:g} s after the others connected)",
-    }
-    heads = [titles[r["scenario"]].format(stalled=r["stalled_s"] or 0, **r) for r in results]
-    print("| | " + " | ".join(heads) + " |")
-    print("|---" * (len(results) + 1) + "|")
-    rows = [
-        ("launch -> all connected (s)", lambda r: cell(r["start_s"])),
-        ("SIGCONT -> all connected (s)", lambda r: cell(r["cont_to_ready_s"])),
-        ("fault -> first lost worker removed (s)", lambda r: cell(r["first_removed_s"])),
-        ("fault -> every lost worker removed (s)", lambda r: cell(r["all_removed_s"])),
-        ("lost workers removed", lambda r: f"{r['removed']}/{r['special_workers']}"
-         if r["scenario"] != "stuck" else "–"),  # fmt: skip
-        ("hung ranks woken (SIGCONT) -> their processes exited (s)",
-         lambda r: cell(r["woken_exit_s"])),
-        ("scheduler loop CPU, first to last removal, per lost worker (ms; the job's too)",
-         lambda r: cell(r["removal_ms"], "{:.1f}")),
-        ("  in Dask's remove_worker: mean; longest call (ms)", lambda r:
-         f"{r['in_remove_ms']:.1f}; {r['in_remove_max_ms']:.1f}" if r["in_remove_ms"] else "–"),
-        ("why the scheduler removed them", lambda r: ", ".join(
-            f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–"),  # fmt: skip
-        ("healthy workers removed before COMMAND's end", lambda r: str(r["healthy_dropped"])),
-        ("workers at the end / expected", lambda r: f"{r['workers_after']}/{r['expected_after']}"),
-        ("result right (every task's value)", lambda r: "yes" if r["result_ok"] else
-         f"NO ({r['job_error'] or 'wrong values'})"),  # fmt: skip
-        ("computation: submit -> all done (s)", lambda r: cell(r["job_s"])),
-        ("fault -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
-        ("longest scheduler loop stall (s)", lambda r: cell(r["longest_stall_s"])),
-        ("  its phase; CPU in it of the loop's thread, of its process (s)",
-         lambda r: stall_cpu(r["longest_stall"])),
-        ("stall with the most CPU of the loop's thread (s)",
-         lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0])),
-        ("  its phase; CPU in it of the loop's thread, of its process (s)",
-         lambda r: stall_cpu(r["busiest_stall"])),
-        ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
-        *((f"  {p}: longest stall; the most loop CPU in one (s)", lambda r, p=p:
-           f"{r['stall_by_phase'][p]:.2f}; {r['busiest_by_phase'][p]:.2f}"
-           if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
-        ("connections the scheduler accepted: " + ", ".join(PHASES), lambda r:
-         ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
-        ("Dask's tick warnings over 1 s (longest, s)", lambda r:
-         f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
-        ("rank 0's lines, fault -> COMMAND's end: start-cluster's, Dask's", lambda r:
-         f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
-         if r["scenario"] != "stuck" else "–"),
-        ("rank 0's lines while the ranks were stopped", lambda r:
-         str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–"),
-        ("load avg (1 min) at launch, at the end", lambda r:
-         f"{r['load_start']:.1f}, {r['load']:.1f}"),  # fmt: skip
-    ]
-    for label, show in rows:
-        print(f"| {label} | " + " | ".join(show(r) for r in results) + " |")
-    print("\n| goal | scenario | measured | target | met |\n|---|---|---|---|---|")
-    for r in results:
-        goals = []
-        if r["scenario"] != "stuck":
-            t = r["all_removed_s"]
-            # a kill breaks connections (issue 19: 10 s); a hang is silence (hpc.hung-timeout)
-            target = 10 if r["scenario"] == "kill" else r["hung_timeout"] or 0
-            goals.append(("loss detected: fault -> every lost worker removed (s)",
-                          cell(t), f"<= {target:g}", t is not None and t <= target
-                          and r["removed"] == r["special_workers"]))  # fmt: skip
-        s, own = r["longest_stall_s"], r["busiest_stall"][1] if r["busiest_stall"] else 0.0
-        during = "fault -> every lost worker removed" if r["scenario"] != "stuck" else \
-            "SIGCONT -> all connected"  # fmt: skip
-        fault_s, fault_own = r["stall_by_phase"]["fault"], r["busiest_by_phase"]["fault"]
-        goals += [
-            (f"longest scheduler loop stall, {during}: wall clock here (s)", stall_cell(fault_s),
-             "<= 1", fault_s <= 1),
-            (f"longest scheduler loop stall, {during}: its loop's own CPU (s)",
-             cell(fault_own) if fault_s else "< 0.10", "<= 1", fault_own <= 1),
-            ("longest scheduler loop stall, whole run: wall clock here (s)", cell(s), "<= 1",
-             s <= 1),
-            ("longest scheduler loop stall, whole run: its loop's own CPU (s)",
-             cell(own) if r["busiest_stall"] else "< 0.10", "<= 1", own <= 1),
-            ("healthy workers dropped", str(r["healthy_dropped"]), "0",
-             r["healthy_dropped"] == 0 and r["workers_after"] == r["expected_after"]),
-            ("result right", "yes" if r["result_ok"] else "no", "yes", r["result_ok"]),
-        ]  # fmt: skip
-        for what, value, target, met in goals:
-            print(f"| {what} | {r['scenario']} | {value} | {target} | {'yes' if met else 'NO'} |")
-    for r in results:
-        if r["rank0_said"]:
-            n = r["rank0_said_lines"]
-            print(f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5, "
-                  "start-cluster's own first):")
-            for line in r["rank0_said"]:
-                print(f"    {line[:200]}")
-            print("  by kind:")
-            for what, n in r["rank0_said_kinds"]:
-                print(f"    {n:4d}  {what}")
-        if r["progress_while_stuck"]:
-            print(f"\n{r['scenario']}: rank 0's last lines while the ranks were stopped "
-                  f"({r['lines_while_stuck']} lines):")
-            for line in r["progress_while_stuck"]:
-                print(f"    {line[:200]}")
-        if r["stall_stacks"]:
-            print(f"\n{r['scenario']}: where the scheduler's loop was while over 0.25 s late "
-                  "(sampled every 50 ms; the 3 most common stacks, innermost first):")
-            for phase, (samples, top) in r["stall_stacks"].items():
-                print(f"  {phase}: {samples} samples")
-                for n, where in top:
-                    print(f"    {n:4d}  {where[:300]}")
-        gen2 = r["gc"].get("2")
-        if gen2:
-            print(f"\n{r['scenario']}: the scheduler's full garbage collections: {gen2[0]:.0f}, "
-                  f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s (its thread's CPU: "
-                  f"{gen2[3]:.2f} s in all, the longest {gen2[4]:.2f} s)")
-        if r["problem"]:
-            print(f"\n{r['scenario']}: {r['problem']}")
-        if r["healthy_dropped_names"]:
-            print(f"\n{r['scenario']}: healthy workers removed: {r['healthy_dropped_names']}")
+PROG = "benchmarks.scale.faults"
 
 
 def main() -> int:
-    if len(sys.argv) > 1 and sys.argv[1] == "_job":
-        p = argparse.ArgumentParser()
-        for name in ("sims", "lost"):
-            p.add_argument(f"--{name}", type=int, required=True)
-        for name in ("tasks-per-worker", "task-seconds", "timeout"):
-            p.add_argument(f"--{name}", type=float, required=True)
-        for name in ("settled-dir", "go", "out"):
-            p.add_argument(f"--{name}", required=True)
-        return job_main(p.parse_args(sys.argv[2:]))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, default=1000, help="W, all ranks' workers")
-    parser.add_argument("--per-rank", type=int, default=1, help="workers per simulated rank")
-    parser.add_argument("--scenario", choices=("kill", "stuck", "hang", "both", "all"),
-                        default="all", help="all: kill, stuck and hang (SIGSTOP of "
-                        "--hang-fraction of the ranks mid-computation); both: kill and stuck")
-    parser.add_argument("--hung-timeout", type=float, default=30.0,
-                        help="rank 0's hpc.hung-timeout (0: off, Dask's worker-ttl alone: "
-                        "start-cluster's is at least 5 minutes)")  # fmt: skip
-    parser.add_argument("--kill-fraction", type=float, default=0.1, help="of the ranks")
-    parser.add_argument("--stuck-fraction", type=float, default=0.01, help="of the ranks")
-    parser.add_argument("--hang-fraction", type=float, default=0.01, help="of the ranks")
-    parser.add_argument("--stall", type=float, default=10.0,
-                        help="seconds the stuck ranks stay stopped after every other worker "
-                        "has sent its first heartbeat")  # fmt: skip
-    parser.add_argument("--tasks-per-worker", type=float, default=5,
-                        help="tasks per worker (0.1 at 10,000 workers: each task runs in its "
-                        "simulated worker's thread pool, and 10,000 threads at once on this "
-                        "machine drove its load average past 2,000)")  # fmt: skip
-    parser.add_argument("--task-seconds", type=float, default=1.0)
-    parser.add_argument("--no-pin", dest="pin", action="store_false",
-                        help="rank 0 and the simulated ranks share every CPU (by default rank "
-                        "0 has the first CPU to itself and the simulators the others)")  # fmt: skip
-    parser.add_argument("--timeout", type=float, default=600, help="seconds per scenario")
-    parser.add_argument("--json", help="also write the results here")
-    opts = parser.parse_args()
+    p = parser(PROG, __doc__ or "", 1000, 600, "scenario")
+    p.add_argument("--scenario", choices=("kill", "stuck", "hang", "both", "all"),
+                   default="all", help="all: kill, stuck and hang (SIGSTOP of "
+                   "--hang-fraction of the ranks mid-computation); both: kill and stuck")
+    p.add_argument("--hung-timeout", type=float, default=30.0,
+                   help="rank 0's hpc.hung-timeout (0: off, Dask's worker-ttl alone: "
+                   "start-cluster's is at least 5 minutes)")  # fmt: skip
+    p.add_argument("--kill-fraction", type=float, default=0.1, help="of the ranks")
+    p.add_argument("--stuck-fraction", type=float, default=0.01, help="of the ranks")
+    p.add_argument("--hang-fraction", type=float, default=0.01, help="of the ranks")
+    p.add_argument("--stall", type=float, default=10.0,
+                   help="seconds the stuck ranks stay stopped after every other worker "
+                   "has sent its first heartbeat")  # fmt: skip
+    p.add_argument("--tasks-per-worker", type=float, default=5,
+                   help="tasks per worker (0.1 at 10,000 workers: each task runs in its "
+                   "simulated worker's thread pool, and 10,000 threads at once on this "
+                   "machine drove its load average past 2,000)")  # fmt: skip
+    p.add_argument("--task-seconds", type=float, default=1.0, help="each task's sleep")
+    opts = p.parse_args()
     if opts.workers % opts.per_rank or opts.workers // opts.per_rank < 4:
-        parser.error("--workers must be a multiple of --per-rank, with at least 4 ranks")
-    sys.path.insert(0, str(SRC))
-    tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-faults-"))
-    scenarios = {"both": ["kill", "stuck"], "all": ["kill", "stuck", "hang"]}.get(
-        opts.scenario, [opts.scenario])  # fmt: skip
-    results = []
-    try:
-        for scenario in scenarios:
-            r = run_scenario(scenario, opts, tmp)
-            results.append(r)
-            print(f"  measured {scenario} at W={opts.workers}: start {r['start_s']:.1f} s, "
-                  f"removed {r['removed']}, longest stall {r['longest_stall_s']:.2f} s, "
-                  f"result {'right' if r['result_ok'] else 'WRONG'}, load {r['load']:.1f}",
-                  file=sys.stderr, flush=True)  # fmt: skip
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=1))
-    report(results)
-    return 0
+        p.error("--workers must be a multiple of --per-rank, with at least 4 ranks")
+    return measure("dask-hpc-scale-faults-", opts.json, lambda tmp: scenarios(opts, tmp), report)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""COMMAND for benchmarks/scale.py: an idle cluster, then a computation, probed as a user would.
+"""COMMAND for the scale benchmark (``lifecycle``): an idle cluster, then a computation, probed
+as a user would.
 
-    python benchmarks/scale_job.py --settled-dir D --sims N --idle S --tasks T --fan-in F --out F
+    python -m benchmarks.scale.job --settled-dir D --sims N --idle S --tasks T --fan-in F --out F
 
 Once every simulated worker has sent its first heartbeat (a file per simulator in D), the
 cluster idles for S seconds (workers dropped for missed heartbeats show up there: Dask's

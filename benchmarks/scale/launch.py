@@ -1,6 +1,7 @@
-"""The parts of a scale run that benchmarks/scale.py and scale_faults.py share: the real rank 0
-(``start-cluster`` told by an emulated Open MPI environment that it is rank 0 of N ranks), the
-processes of simulated ranks (``scale_sim.py``), where each runs, and what rank 0 uses.
+"""The parts of a scale run that every scale benchmark (``lifecycle``, ``faults``, ``stop``)
+shares: the real rank 0 (``start-cluster`` told by an emulated Open MPI environment that it is
+rank 0 of N ranks), the processes of simulated ranks (``sim``), where each runs, and what rank 0
+uses.
 """
 
 from __future__ import annotations
@@ -19,11 +20,18 @@ import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from scale_sim import SIM_CONFIG, rank_env
+from .sim import SIM_CONFIG, rank_env
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "src"
-SIM = Path(__file__).resolve().parent / "scale_sim.py"
+# The scheduler's preload (Dask loads it by its path: it imports nothing of this package).
+PROBE = Path(__file__).resolve().parent / "probe.py"
+
+
+def module(name: str) -> list[str]:
+    """The command line that runs this package's module ``name`` (``python -m``): the
+    processes a run starts have the repository on their ``PYTHONPATH`` (``Launch.env``)."""
+    return [sys.executable, "-m", f"{__package__}.{name}"]
 
 
 class Rank0Watch(threading.Thread):
@@ -103,14 +111,14 @@ def pinned_to(cpus: set[int] | None) -> Callable[[], None] | None:
 class Launch:
     """One run's rank 0 and simulated ranks: their paths and environment, then their processes.
 
-    ``benchmarks/scale_faults.py`` starts, stops and kills them its own way with the same parts.
+    ``faults`` starts, stops and kills them its own way with the same parts.
     """
 
     workers: int
     per_rank: int
     tmp: Path
-    # Tasks on the simulators' event loops (scale.py's take microseconds); False: in Dask's
-    # thread pools (scale_faults.py's sleep for a second each: inline, a simulator's 250
+    # Tasks on the simulators' event loops (lifecycle's take microseconds); False: in Dask's
+    # thread pools (faults' sleep for a second each: inline, a simulator's 250
     # workers ran them one after another and the kill scenario never finished in 600 s).
     inline_tasks: bool = True
     size: int = 0
@@ -130,7 +138,8 @@ class Launch:
             d.mkdir(parents=True)
         self.env = {
             **os.environ,
-            "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            # src, and the repository for this package's modules (``module``)
+            "PYTHONPATH": os.pathsep.join([str(SRC), str(REPO), os.environ.get("PYTHONPATH", "")]),
             "DASK_HPC__SCHEDULER_DIRECTORY": str(self.sched_dir),
             "PYTHONUNBUFFERED": "1",
         }
@@ -204,8 +213,7 @@ class Launch:
         out = self.tmp / f"sim-{first}.json"
         out.unlink(missing_ok=True)
         argv = [
-            sys.executable,
-            str(SIM),
+            *module("sim"),
             "--first", str(first),
             "--count", str(count),
             "--size", str(self.size),

@@ -1,5 +1,5 @@
-"""A scheduler preload for benchmarks/scale.py: the scheduler thread's CPU while workers join
-and leave; and for benchmarks/scale_faults.py, its event loop's stalls and every removal.
+"""A scheduler preload for the scale benchmark (``lifecycle``): the scheduler thread's CPU while
+workers join and leave; and for ``faults``, its event loop's stalls and every removal.
 
 Rank 0's CPU as a whole also holds what grows with the run's wall time (the scheduler's and
 rank 0's own worker's periodic callbacks), and on a 2-core machine the simulators stretch the

@@ -1,4 +1,5 @@
-"""Simulated ranks for benchmarks/scale.py and scale_faults.py: many ranks to a process.
+"""Simulated ranks for the scale benchmarks (``lifecycle``, ``faults``, ``stop``): many ranks to a
+process.
 
 Each simulated rank polls the real scheduler file with the real reader and the real jittered
 intervals (``connection.poll_delays``), answers the real roll call (``roster.join``, then the
@@ -14,7 +15,7 @@ from there. With every simulated worker on 127.0.0.1, 10,000 workers did not sta
 listeners and their connections to the one scheduler address drew on the same ~28,000
 ephemeral ports (``OSError: [Errno 98] Address already in use``).
 
-    python benchmarks/scale_sim.py --first R --count N ...   (started by scale.py's Launch)
+    python -m benchmarks.scale.sim --first R --count N ...   (started by ``launch.Launch``)
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 # What every simulated worker changes from Dask's defaults (they are not what is measured).
 SIM_CONFIG = {

@@ -1,7 +1,7 @@
 """Start and stop at scale: W workers connected, then stopped as a job ends (COMMAND exits) or as
 a batch system stops it (SIGTERM to every process of every rank: ``scancel``, the walltime).
 
-The cluster is benchmarks/scale.py's (``scale_launch``, ``scale_sim``): the real rank 0
+The cluster is the scale benchmark's (``launch``, ``sim``): the real rank 0
 (``start-cluster``, TLS, its own Nanny and worker) told by an emulated Open MPI environment
 that it is rank 0 of W ranks, on a CPU of its own, and the other ranks simulated, 250 to a
 process, on the other. COMMAND (``_job`` below) waits until every simulated worker has sent
@@ -12,7 +12,7 @@ every process of a job's steps; ``--stop sigterm-ranks`` only to the ranks' own 
 (rank 0's and the simulators), as ``mpiexec`` forwards a signal it gets to the ranks it
 started. A simulator closes its workers on SIGTERM, as a rank does.
 
-    PYTHONPATH=src python benchmarks/scale_stop.py [--workers 1000 10000] [--stop both]
+    PYTHONPATH=src python -m benchmarks.scale.stop [--workers 1000 10000] [--stop both]
 
 Measured: launch -> all connected, the last simulated start -> all connected (the issue-28
 measure), the stop -> rank 0's exit and -> every process gone, rank 0's status, what rank 0
@@ -25,29 +25,20 @@ SIGTERM, rank 0 gone within Slurm's default KillWait (30 s), its directories rem
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
-from scale_launch import SRC, Launch, dump, split_cpus
-from scale_sim import RANKS_PER_SIM
+
+from .common import Row, goals_table, measure, note, parser, table, wait_for
+from .launch import Launch, dump, module, split_cpus
+from .sim import RANKS_PER_SIM
 
 KILL_WAIT = 30.0  # Slurm's default KillWait: SIGKILL that long after the SIGTERM
-
-
-def wait_for(condition, timeout: float, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(step)
-    return True
 
 
 def job_main(settled: str, sims: int, ready: str, stop: str, timeout: float) -> int:
@@ -75,7 +66,7 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     tmpdir = launch.tmp / "tmpdir"
     tmpdir.mkdir(exist_ok=True)
     (launch.local / "rank0").mkdir(exist_ok=True)
-    command = [sys.executable, __file__, "_job", str(launch.settled), str(len(firsts)),
+    command = [*module("stop"), "_job", str(launch.settled), str(len(firsts)),
                str(ready_file), stop, str(opts.timeout)]  # fmt: skip
     rank0_cpus, sim_cpus = split_cpus(opts.pin)
     start = time.time()
@@ -83,7 +74,7 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     for first in firsts:
         launch.start_sim(first, min(RANKS_PER_SIM, size - first), sim_cpus)
     stopped_at = None
-    wait_for(lambda: ready_file.exists() or rank0.poll() is not None, opts.timeout)
+    wait_for(lambda: ready_file.exists() or rank0.poll() is not None, opts.timeout, 0.05)
     if not ready_file.exists():
         for proc, _ in launch.sims:
             proc.kill()
@@ -125,14 +116,30 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     }
 
 
+def goals(results: list[dict]) -> Iterator[tuple[tuple[str, ...], bool]]:
+    """Issue 36's goals, per run: its cells (what, run, measured, target) and whether met."""
+    for r in results:
+        run = f"W={r['workers']:,} {r['stop']}"
+        timed = [("last start -> all connected (s)", r["connect_s"], 30)]
+        if r["stop"] == "command":
+            timed.append(("COMMAND's exit -> every process gone (s)", r["all_gone_s"], 10))
+        else:
+            timed.append(("SIGTERM -> rank 0 gone (s), within KillWait", r["rank0_exit_s"],
+                          KILL_WAIT))  # fmt: skip
+        for what, value, target in timed:
+            yield (what, run, f"{value:.1f}", f"<= {target:g}"), value <= target
+        yield ("nothing left in rank 0's directories", run, f"{len(r['left'])} left",
+               "0"), not r["left"]  # fmt: skip
+
+
 def report(results: list[dict]) -> None:
+    """The runs' table, the goals, and what rank 0 said after each stop."""
     print(f"\nStart and stop at scale, {os.cpu_count()} CPUs, TLS on (rank 0 real on one CPU, "
           "the other ranks simulated on the other)\n")  # fmt: skip
     how = {"command": "COMMAND exits", "sigterm": "SIGTERM to every process",
            "sigterm-ranks": "SIGTERM to every rank's own process"}  # fmt: skip
     heads = [f"W={r['workers']:,}, {how[r['stop']]}" for r in results]
-    print("| | " + " | ".join(heads) + " |\n" + "|---" * (len(results) + 1) + "|")
-    rows = [
+    rows: list[Row] = [
         ("launch -> all connected (s)", lambda r: f"{r['start_s']:.1f}"),
         ("last start -> all connected (s)", lambda r: f"{r['connect_s']:.1f}"),
         ("stop -> rank 0 exited (s)", lambda r: f"{r['rank0_exit_s']:.1f}"),
@@ -142,22 +149,8 @@ def report(results: list[dict]) -> None:
         ("left in rank 0's directories", lambda r: ", ".join(r["left"]) or "nothing"),
         ("load avg (1 min) at the end", lambda r: f"{r['load']:.1f}"),
     ]
-    for label, show in rows:
-        print(f"| {label} | " + " | ".join(show(r) for r in results) + " |")
-    print("\n| goal | run | measured | target | met |\n|---|---|---|---|---|")
-    for r in results:
-        run = f"W={r['workers']:,} {r['stop']}"
-        goals = [("last start -> all connected (s)", r["connect_s"], 30)]
-        if r["stop"] == "command":
-            goals.append(("COMMAND's exit -> every process gone (s)", r["all_gone_s"], 10))
-        else:
-            goals.append(("SIGTERM -> rank 0 gone (s), within KillWait", r["rank0_exit_s"],
-                          KILL_WAIT))  # fmt: skip
-        for what, value, target in goals:
-            print(f"| {what} | {run} | {value:.1f} | <= {target:g} | "
-                  f"{'yes' if value <= target else 'NO'} |")  # fmt: skip
-        print(f"| nothing left in rank 0's directories | {run} | {len(r['left'])} left | 0 | "
-              f"{'yes' if not r['left'] else 'NO'} |")  # fmt: skip
+    table("", heads, rows, results)
+    goals_table(("goal", "run", "measured", "target", "met"), goals(results))
     for r in results:
         print(f"\nW={r['workers']:,} {r['stop']}: rank 0 after the stop ({r['line_count']} "
               "lines, the first 6):")  # fmt: skip
@@ -165,37 +158,29 @@ def report(results: list[dict]) -> None:
             print(f"    {line[:160]}")
 
 
+def runs(opts: argparse.Namespace, tmp: Path) -> Iterator[dict]:
+    """Each W stopped each way asked for."""
+    stops = ["command", "sigterm", "sigterm-ranks"] if opts.stop == "all" else [opts.stop]
+    for workers in opts.workers:
+        for stop in stops:
+            r = run_one(workers, stop, opts, tmp)
+            note(f"W={workers} {stop}: connected {r['connect_s']:.1f} s after the last start, "
+                 f"rank 0 gone {r['rank0_exit_s']:.1f} s after the stop, load {r['load']:.1f}")
+            yield r
+
+
+PROG = "benchmarks.scale.stop"
+
+
 def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_job":
         settled, sims, ready, stop, timeout = sys.argv[2:7]
         return job_main(settled, int(sims), ready, stop, float(timeout))
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--per-rank", type=int, default=1)
-    parser.add_argument("--stop", choices=("command", "sigterm", "sigterm-ranks", "all"),
-                        default="all")  # fmt: skip
-    parser.add_argument("--no-pin", dest="pin", action="store_false")
-    parser.add_argument("--timeout", type=float, default=900, help="seconds per run")
-    parser.add_argument("--json", help="also write the results here")
-    opts = parser.parse_args()
-    sys.path.insert(0, str(SRC))
-    tmp = Path(tempfile.mkdtemp(prefix="dask-hpc-scale-stop-"))
-    stops = ["command", "sigterm", "sigterm-ranks"] if opts.stop == "all" else [opts.stop]
-    results = []
-    try:
-        for workers in opts.workers:
-            for stop in stops:
-                results.append(run_one(workers, stop, opts, tmp))
-                r = results[-1]
-                print(f"  W={workers} {stop}: connected {r['connect_s']:.1f} s after the last "
-                      f"start, rank 0 gone {r['rank0_exit_s']:.1f} s after the stop, load "
-                      f"{r['load']:.1f}", file=sys.stderr, flush=True)  # fmt: skip
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if opts.json:
-        Path(opts.json).write_text(json.dumps(results, indent=1))
-    report(results)
-    return 0
+    p = parser(PROG, __doc__ or "", [1000, 10000], 900, "run")
+    p.add_argument("--stop", choices=("command", "sigterm", "sigterm-ranks", "all"),
+                   default="all", help="how the cluster is stopped (all: each way, a run each)")
+    opts = p.parse_args()
+    return measure("dask-hpc-scale-stop-", opts.json, lambda tmp: runs(opts, tmp), report)
 
 
 if __name__ == "__main__":

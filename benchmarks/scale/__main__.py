@@ -1,0 +1,7 @@
+"""``python -m benchmarks.scale``: the scale benchmark (``lifecycle``)."""
+
+import sys
+
+from .lifecycle import main
+
+sys.exit(main())
