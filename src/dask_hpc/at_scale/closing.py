@@ -3,7 +3,7 @@ loops per leaving worker and without a turn of the event loop that tells thousan
 
 Dask's ``Scheduler.close`` (or closing each worker) sends every worker's message in one turn
 of the loop and, for each worker that leaves, ``remove_worker`` goes over every remaining one:
-O(W^2) over a shutdown. Measured (benchmarks/scale.py, docs/scale.md): ~18 s of the loop at
+O(W^2) over a shutdown. Measured (benchmarks.scale, docs/scale.md): ~18 s of the loop at
 10,000 workers for the removals, a turn of 3.0 s of its CPU to tell 10,000 workers at once;
 with these, the scheduler's longest stall at the end 1.17 s. Checked against distributed
 2026.7.1 (the range's low end, constraints.txt) and 2026.8.0 (the newest in range:

@@ -5,7 +5,7 @@ asyncio's loop asks epoll for every ready file descriptor at once, then runs all
 callbacks before it looks at anything else: its timers, its other work, and Dask's own
 measure of it (``distributed.admin.tick``). When thousands of workers connect at once, every
 connection with a TLS hello waiting is ready together, and one turn does thousands of
-handshakes: measured with benchmarks/scale.py at 10,000 workers, one turn of 10.7 s of the
+handshakes: measured with benchmarks.scale at 10,000 workers, one turn of 10.7 s of the
 scheduler loop's CPU (at 1,000 workers 0.8-1.5 s), the "event-loop stalls of 6 s" of
 distributed#3691. Asking epoll for at most ``EVENTS_PER_TURN`` of them per turn bounds a
 turn to what those cost (a TLS handshake step is ~1 ms of CPU, a worker's registration ~2 ms):

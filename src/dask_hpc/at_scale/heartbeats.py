@@ -5,7 +5,7 @@ kept open in its pool: a second TLS handshake per worker at the scheduler a seco
 registered, and a second open file per worker there for as long as it runs. At 10,000 workers
 the scheduler's process needs 20,000 open files (this project's machines allow 20,000 at
 most: ``ulimit -Hn``, and many sites 4,096-65,536) and its event loop does 10,000 more TLS
-handshakes, ~2 ms each, while workers still join (benchmarks/scale.py, docs/scale.md; the
+handshakes, ~2 ms each, while workers still join (benchmarks.scale, docs/scale.md; the
 lost heartbeats of distributed#3691 at 5,500 workers). Here the same heartbeat travels on the
 worker's batched stream (the connection the scheduler sends it tasks on) and its reply comes
 back the same way: one connection per worker.

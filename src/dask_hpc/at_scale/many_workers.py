@@ -1,6 +1,6 @@
 """What start-cluster's scheduler does differently so that its cost per worker stays flat.
 
-Each piece answers a measurement of ``benchmarks/scale.py`` (docs/scale.md) and changes
+Each piece answers a measurement of ``benchmarks.scale`` (docs/scale.md) and changes
 nothing a Dask user sees: the same warnings, the same state, less work per worker.
 
 - Dask's version check: each joining worker (and each client) is compared with one worker per
@@ -10,7 +10,7 @@ nothing a Dask user sees: the same warnings, the same state, less work per worke
   the first idle one that no other can beat.
 - Python's full garbage collections leave the scheduler's long-lived objects alone.
 
-Measured (benchmarks/scale.py at 10,000 workers, docs/scale.md): the version check and the
+Measured (benchmarks.scale at 10,000 workers, docs/scale.md): the version check and the
 removals, the scheduler loop's CPU per join 6.92 -> 2.51 ms, per removal 2.54 -> 1.51 ms, all
 connected 163.6 -> 78.6 s; the root tasks, one 158.8 s turn of the loop at 100,000 of them
 (issue 28); the frozen objects, 55 full collections of 0.46 s at 10,000 idle workers. Checked
@@ -93,7 +93,7 @@ class Workers(SortedDict):
 
     ``Scheduler.add_worker`` builds a dictionary of every connected worker's versions to
     compare the joining worker's with: O(W) per join, O(W^2) per start, with no hook between
-    building it and checking it. Measured with benchmarks/scale.py: half the scheduler's CPU at
+    building it and checking it. Measured with benchmarks.scale: half the scheduler's CPU at
     2,000 workers while Dask compared every pair (fixed since 2026-11-23 by comparing the
     distinct sets: same warnings); building the dictionary alone, 0.4 us per worker, ~2 ms per
     join at 10,000 workers, as much as the rest of a join. The same warnings come from one
@@ -133,7 +133,7 @@ class IdleWorkers(SortedDict):
     With ``worker-saturation: inf`` Dask gives each root task group's tasks to one worker at a
     time (``len(group) / threads`` each), and picks each new one with ``min(idle workers,
     key=worker_objective)``: O(W) per pick, W picks per group, O(W^2) in one turn of the loop.
-    Measured at 10,000 workers (benchmarks/scale.py, issue 28): one turn of 158.8 s, 134.4 s of
+    Measured at 10,000 workers (benchmarks.scale, issue 28): one turn of 158.8 s, 134.4 s of
     its CPU, as 100,000 root tasks arrived. ``worker_objective`` is ``(start time, bytes held)``
     (actors: ``(actors, start time, bytes held)``), none below zero: a worker with nothing
     queued, no transfer to wait for and no data has the least there is, and ``min`` keeps the
@@ -166,7 +166,7 @@ class _LongLivedOutOfGC(SchedulerPlugin):
     worker: each one stalls its event loop for a time that grows with the cluster. Dask's
     modules, the dashboard, and the workers connected so far (each time their number grew by a
     tenth) are moved to the collector's permanent generation (``gc.freeze``, O(1)), so a full
-    collection walks what was made since. Measured with benchmarks/scale.py at 1,000 workers
+    collection walks what was made since. Measured with benchmarks.scale at 1,000 workers
     (the scheduler's thread CPU in the collector): 5 full collections of ~107 ms, 0.72 s of GC
     in all; frozen, 3 of ~46 ms, 0.32 s. An idle cluster's heartbeats replace every worker's
     metrics (nested dictionaries) once per round: at 10,000 workers, 55 full collections of

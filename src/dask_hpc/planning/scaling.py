@@ -18,7 +18,7 @@ from dask.utils import parse_timedelta
 from .. import config
 from ..errors import UsageError
 
-# What rank 0 holds per worker and per rank (measured with benchmarks/scale.py: ~2.2 file
+# What rank 0 holds per worker and per rank (measured with benchmarks.scale: ~2.2 file
 # descriptors per worker in the scheduler, a roll-call connection per rank), with headroom for
 # the connections a running cluster opens (gathers, clients, the dashboard).
 FDS_PER_WORKER = 4
@@ -27,7 +27,7 @@ FDS_BASE = 1024
 
 # Timeouts Dask applies per connection and per start, raised with the cluster's size. W workers
 # connecting at once queue their TLS handshakes on the scheduler's single event loop
-# (benchmarks/scale.py, 2 cores: ~10 ms each, and a handshake not done within Dask's first try,
+# (benchmarks.scale, 2 cores: ~10 ms each, and a handshake not done within Dask's first try,
 # a fifth of the connect timeout, is dropped and retried, which adds load: at 500 workers with
 # the default 30 s, dozens failed); a node's workers start one after another on its CPUs.
 # Dask's fixed defaults (connect 30 s, start 60 s, worker TTL 300 s) are what failed first at

@@ -17,7 +17,7 @@ from .supervisor import Child, Supervisor
 # the walltime) SIGTERMs every process, then SIGKILLs them after Slurm's KillWait (30 s by
 # default), and the rank must be done by then, its directories removed (what did not stop in
 # this time is killed). Before, rank 0's waits grew with W (62 s for the workers, 72 s for the
-# ranks at 10,000): measured on 2 cores at load ~45 (benchmarks/scale_stop.py), rank 0 was
+# ranks at 10,000): measured on 2 cores at load ~45 (benchmarks.scale.stop), rank 0 was
 # gone 18.9 s after SIGTERM to every process and 26.3 s after SIGTERM to the ranks alone; 95 s
 # once beside other load (the field report).
 SIGNAL_BUDGET = 20.0

@@ -42,7 +42,7 @@ _HEARTBEAT_AT_CLOSE = (
 class _ClosingHeartbeatFilter(logging.Filter):
     """Drops Dask's heartbeat error for a heartbeat that its own worker's close cut short.
 
-    A clean shutdown of 1,000 workers printed hundreds of these tracebacks (benchmarks/scale.py):
+    A clean shutdown of 1,000 workers printed hundreds of these tracebacks (benchmarks.scale):
     a worker's heartbeat is a round trip to a scheduler that is busy closing every worker, so
     many are in flight when the close arrives. The same message from a running worker (the
     scheduler really unreachable) still goes through.
