@@ -33,6 +33,11 @@ from . import jobqueue_args, locations, placement, sizing, state
 from .configured import ConfiguredCluster
 from .scheduler import security_for
 
+# HPCCluster's arguments that are not settings (ConfiguredCluster._settle takes the others).
+FACADE_ONLY = frozenset(
+    ("self", "jobs", "name", "silence_logs", "asynchronous", "loop", "quiet", "jobqueue")
+)
+
 
 class HPCCluster(ConfiguredCluster):
     """A Dask cluster whose workers come in batch jobs, scaled by whole jobs.
@@ -83,33 +88,10 @@ class HPCCluster(ConfiguredCluster):
         quiet: bool = False,
         **jobqueue: Any,
     ) -> None:
-        settings = jobqueue_args.translate(jobqueue, dict(
-            kind=kind,
-            workers_per_node=workers_per_node,
-            nodes_per_job=nodes_per_job,
-            site=site,
-            account=account,
-            queue=queue,
-            walltime=walltime,
-            image=image,
-            launcher=launcher,
-            batch_system=batch_system,
-            scheduler=scheduler,
-            scheduler_walltime=scheduler_walltime,
-            pool=pool,
-            job_directives=job_directives,
-            job_setup=job_setup,
-            job_env=job_env,
-            worker_args=worker_args,
-            lifetime_margin=lifetime_margin,
-            cpus_per_worker=cpus_per_worker,
-            memory_per_worker=memory_per_worker,
-            gpus_per_node=gpus_per_node,
-            interface=interface,
-            dashboard_address=dashboard_address,
-            directory=directory,
-            log_directory=log_directory,
-        ))  # dask-jobqueue's arguments, as ours (jobqueue_args.py)
+        # Every argument but the facade's own: the cluster's settings and the first pool's
+        # options (PoolOptions), dask-jobqueue's turned into ours (jobqueue_args.py).
+        given = {k: v for k, v in locals().items() if k not in FACADE_ONLY}
+        settings = jobqueue_args.translate(jobqueue, given)
         self._settle(**settings)
         self._begin(jobs, name, silence_logs, asynchronous, loop, quiet)
 

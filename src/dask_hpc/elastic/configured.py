@@ -8,7 +8,6 @@ script from the same settings without a batch system (``check_commands=False``).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,8 @@ from ..planning.sites import Site, detect_site, load_site
 from . import locations, naming
 from .jobcluster import JobCluster
 from .jobs import BatchClient
-from .pools import Pool, make_pool
+from .pool_options import PoolOptions
+from .pools import Pool, pool_from
 from .scheduler import SCHEDULER_FILE, listen_host
 
 SCHEDULERS = ("local", "job")
@@ -32,35 +32,24 @@ class ConfiguredCluster(JobCluster):
     def _settle(
         self,
         kind: str | None = None,
-        workers_per_node: int | None = None,
-        nodes_per_job: int | None = None,
+        *,
         site: str | None = None,
-        account: str | None = None,
-        queue: str | None = None,
-        walltime: str | None = None,
-        image: str | None = None,
-        launcher: str | None = None,
         batch_system: str | None = None,
         scheduler: str | None = None,
         scheduler_walltime: str | None = None,
         pool: str | None = None,
-        job_directives: Sequence[str] | None = None,
-        job_setup: Sequence[str] | None = None,
-        job_env: Mapping[str, str] | None = None,
-        worker_args: Sequence[str] | str | None = None,
-        lifetime_margin: float | None = None,
-        cpus_per_worker: int | None = None,
-        memory_per_worker: str | int | None = None,
-        gpus_per_node: int | None = None,
         interface: str | None = None,
         dashboard_address: str = "127.0.0.1:0",
         directory: str | os.PathLike[str] | None = None,
         log_directory: str | os.PathLike[str] | None = None,
         check_commands: bool = True,
         existing: tuple[str, Path, dict[str, Pool]] | None = None,
+        **options: Any,
     ) -> None:
         """Every setting, checked (a UsageError) before anything starts or is submitted; also
-        what ``hpc-cluster script`` renders a job script from (batch commands not needed)."""
+        what ``hpc-cluster script`` renders a job script from (batch commands not needed).
+        ``options``: the first pool's (``PoolOptions``)."""
+        given = PoolOptions.given(options, "HPCCluster")
         site_name = site or config.get("site")
         self.site: Site = load_site(site_name) if site_name else detect_site()
         self.batch_system = locations.batch_system(self.site, batch_system)
@@ -84,26 +73,7 @@ class ConfiguredCluster(JobCluster):
         self.pools: dict[str, Pool] = dict(existing[2]) if existing else {}
         first_kind = kind or config.get("cluster.kind")
         if not existing:
-            self.add_pool(
-                pool or first_kind,
-                first_kind,
-                workers_per_node=workers_per_node,
-                nodes_per_job=nodes_per_job,
-                walltime=walltime,
-                account=account,
-                queue=queue,
-                image=image,
-                launcher=launcher,
-                job_directives=job_directives,
-                job_setup=job_setup,
-                job_env=job_env,
-                worker_args=worker_args,
-                lifetime_margin=lifetime_margin,
-                cpus_per_worker=cpus_per_worker,
-                memory_per_worker=memory_per_worker,
-                gpus_per_node=gpus_per_node,
-                batch_system=self.batch_system,
-            )
+            self._add_pool(pool or first_kind, first_kind, given, self.batch_system)
         first = next(iter(self.pools.values()))
         self._scheduler_walltime = scheduler_walltime or config.get(
             "cluster.scheduler-walltime"
@@ -153,14 +123,23 @@ class ConfiguredCluster(JobCluster):
         if first is not None:  # a new pool inherits where the jobs go, not their shape
             for key in ("account", "queue", "image", "launcher", "walltime"):
                 options.setdefault(key, getattr(first, key))
-        new = make_pool(name, kind or name, self.site, **options)
+        batch_system = options.pop("batch_system", None)  # make_pool's, as before
+        new = self._add_pool(name, kind or name, PoolOptions.given(options, "add_pool"),
+                             batch_system)  # fmt: skip
+        if jobs:
+            self.scale(jobs=jobs, pool=name)
+        return new
+
+    def _add_pool(
+        self, name: str, kind: str, options: PoolOptions, batch_system: str | None
+    ) -> Pool:
+        """A pool of ``options``, checked (its image, its job script), added."""
+        new = pool_from(name, kind, self.site, options, batch_system)
         if new.image and not Path(new.image).is_file():
             raise UsageError(f"image {new.image} not found", "give the path of the .sif file")
         if hasattr(self, "settings"):  # a running cluster's new pool
             self._check_script(new)
         self.pools[name] = new
-        if jobs:
-            self.scale(jobs=jobs, pool=name)
         return new
 
     def _pool(self, name: str | None) -> Pool:

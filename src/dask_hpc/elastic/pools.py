@@ -1,8 +1,9 @@
 """A pool: one kind of job of an elastic cluster (CPU or GPU workers, its own size and queue).
 
-A pool's settings come from the arguments, else ``hpc.cluster.*`` in dask's config, else the
-site profile; it renders its jobs' scripts with ``dask_hpc.batch.script``. Its state (the
-jobs it is asked for, adaptive bounds, failures) lives with it, changed only by the cluster.
+A pool's settings come from the arguments (``PoolOptions``), else ``hpc.cluster.*`` in dask's
+config, else the site profile; it renders its jobs' scripts with ``dask_hpc.batch.script``. Its
+state (the jobs it is asked for, adaptive bounds, failures) lives with it, changed only by the
+cluster.
 """
 
 from __future__ import annotations
@@ -11,15 +12,16 @@ import math
 import shlex
 import sys
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from .. import config
 from ..batch import commands, requests, script
 from ..errors import UsageError
 from ..planning.sites import Site
 from .naming import POOL_NAME
+from .pool_options import PoolOptions
 
 LIFETIME_ENV = "DASK_DISTRIBUTED__WORKER__LIFETIME__"
 # Share of the walltime kept free at its end, within these bounds: the workers retire (their
@@ -136,46 +138,30 @@ class Pool:
         )
 
 
-def _setting(value: object, key: str) -> object:
-    return config.get(f"cluster.{key}") if value is None else value
-
-
 def make_pool(
-    name: str,
-    kind: str,
-    site: Site,
-    *,
-    workers_per_node: int | None = None,
-    nodes_per_job: int | None = None,
-    walltime: str | None = None,
-    account: str | None = None,
-    queue: str | None = None,
-    image: str | None = None,
-    launcher: str | None = None,
-    job_directives: Sequence[str] | None = None,
-    job_setup: Sequence[str] | None = None,
-    job_env: Mapping[str, str] | None = None,
-    worker_args: Sequence[str] | str | None = None,
-    lifetime_margin: float | None = None,
-    cpus_per_worker: int | None = None,
-    memory_per_worker: str | int | None = None,
-    gpus_per_node: int | None = None,
-    batch_system: str | None = None,
+    name: str, kind: str, site: Site, *, batch_system: str | None = None, **options: Any
 ) -> Pool:
-    """A pool from the arguments, ``hpc.cluster.*`` and the site; bad input is a UsageError."""
+    """A pool from keyword arguments (``PoolOptions``'), ``hpc.cluster.*`` and the site."""
+    return pool_from(name, kind, site, PoolOptions.given(options, "make_pool"), batch_system)
+
+
+def pool_from(
+    name: str, kind: str, site: Site, given: PoolOptions, batch_system: str | None = None
+) -> Pool:
+    """A pool from its options, ``hpc.cluster.*`` and the site; bad input is a UsageError."""
     if not POOL_NAME.fullmatch(name):
         raise UsageError(
             f"pool name {name!r} is not a short lowercase name", "e.g. cpu, gpu, bigmem (a-z0-9_)"
         )
     if kind not in KINDS:
         raise UsageError(f"unknown worker kind {kind!r}", "use cpu or gpu")
-    wpn = _setting(workers_per_node, "workers-per-node")
+    o = given.with_config()
+    wpn = o.workers_per_node
     if wpn is None:  # a GPU count nothing says is a UsageError, not one worker
         system = batch_system or (site.batch_system if site.batch_system != "none" else None)
         row = script.system_table(system or commands.detect() or "slurm")
-        gpus = _setting(gpus_per_node, "gpus-per-node")
-        wpn = requests.default_workers_per_node(site, row, kind, _setting(queue, "queue"), gpus)
-    nodes = _setting(nodes_per_job, "nodes-per-job")
+        wpn = requests.default_workers_per_node(site, row, kind, o.queue, o.gpus_per_node)
+    nodes = o.nodes_per_job
     for what, value in (("workers_per_node", wpn), ("nodes_per_job", nodes)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise UsageError(f"{what} must be a whole number of at least 1, not {value!r}")
@@ -185,9 +171,9 @@ def make_pool(
             f"{site.gpu_count * site.gpu_tiles} GPUs",
             "ask for fewer workers_per_node",
         )
-    wall = str(_setting(walltime, "walltime"))
+    wall = str(o.walltime)
     seconds = script.parse_walltime(wall)
-    args = worker_args if worker_args is not None else config.get("cluster.worker-args") or ()
+    args = o.worker_args or ()
     if isinstance(args, str):
         args = shlex.split(args)
     for arg in args:
@@ -195,7 +181,7 @@ def make_pool(
             raise UsageError(f"worker_args may not hold {arg}", "the cluster sets it itself")
     args, lifetime = dask_lifetime(list(args))
     check_worker_args(args)
-    margin = _setting(lifetime_margin, "lifetime-margin")
+    margin = o.lifetime_margin
     stagger = None
     if lifetime is not None:  # dask-jobqueue's own walltime recipe, as our recycling
         margin, stagger = lifetime_as_margin(lifetime, seconds, wall, margin)
@@ -204,35 +190,35 @@ def make_pool(
         system = batch_system or (site.batch_system if site.batch_system != "none" else None)
         if system:  # a batch job's own start and stop besides its script (Flux: an instance)
             margin += float(script.system_table(system).get("job_overhead") or 0)
-    margin = float(margin)  # type: ignore[arg-type]
+    margin = float(margin)
     if lifetime is None and not 0 < margin < seconds / 2:
         raise UsageError(
             f"lifetime margin {margin:g} s does not fit a walltime of {seconds} s",
             "give a longer walltime (more than a minute), or a smaller lifetime_margin",
         )
-    cpus = _setting(cpus_per_worker, "cpus-per-worker")
+    cpus = o.cpus_per_worker
     threads = cpus or (max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1)
     return Pool(
         name=name,
         kind=kind,
-        workers_per_node=int(wpn),  # type: ignore[arg-type]
+        workers_per_node=int(wpn),
         nodes_per_job=int(nodes),  # type: ignore[arg-type]
         walltime=wall,
         walltime_seconds=seconds,
-        account=_setting(account, "account"),  # type: ignore[arg-type]
-        queue=_setting(queue, "queue"),  # type: ignore[arg-type]
-        image=_setting(image, "image"),  # type: ignore[arg-type]
-        launcher=_setting(launcher, "launcher"),  # type: ignore[arg-type]
-        directives=tuple(_setting(job_directives, "job-directives") or ()),  # type: ignore[arg-type]
-        setup=tuple(_setting(job_setup, "job-setup") or ()),  # type: ignore[arg-type]
-        env={str(k): str(v) for k, v in (_setting(job_env, "job-env") or {}).items()},  # type: ignore[union-attr]
+        account=o.account,
+        queue=o.queue,
+        image=o.image,
+        launcher=o.launcher,
+        directives=tuple(o.job_directives or ()),
+        setup=tuple(o.job_setup or ()),
+        env={str(k): str(v) for k, v in (o.job_env or {}).items()},
         worker_args=tuple(str(a) for a in args),
         lifetime_margin=margin,
         lifetime_stagger=stagger,
-        threads_guess=int(threads),  # type: ignore[call-overload]
-        cpus_per_worker=cpus,  # type: ignore[arg-type]
-        memory_per_worker=_setting(memory_per_worker, "memory-per-worker"),  # type: ignore[arg-type]
-        gpus_per_node=_setting(gpus_per_node, "gpus-per-node"),  # type: ignore[arg-type]
+        threads_guess=int(threads),
+        cpus_per_worker=cpus,
+        memory_per_worker=o.memory_per_worker,  # type: ignore[arg-type]
+        gpus_per_node=o.gpus_per_node,
     )
 
 
