@@ -7,6 +7,7 @@ for its workers, no GPU) fails here with start-cluster's own one line.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -154,10 +155,10 @@ def plan_line(argv: Sequence[str], allocation: Sequence[str], site: str | None) 
     or an AssertionError with start-cluster's own line."""
     sc = program(argv)
     try:
-        args = parse(sc)
+        settings = parse(sc)
     except UsageError as error:
         raise AssertionError(f"start-cluster refuses its arguments: {error}") from None
-    name = args.site or site or "generic"
+    name = settings.site or site or "generic"
     threads = load_site(name).cpu_threads or 64
     if argv[0] == "start-cluster":
         env, bound, launcher = {}, 0, "none"
@@ -168,11 +169,12 @@ def plan_line(argv: Sequence[str], allocation: Sequence[str], site: str | None) 
     with tempfile.TemporaryDirectory() as tmp, dask.config.set(
         {"hpc.scheduler-directory": tmp, "hpc.site": name}
     ):
-        args.local_directory = tmp  # the site's node-local directory is not on this machine
+        # the site's node-local directory is not on this machine
+        settings = dataclasses.replace(settings, local_directory=tmp)
         visible = env.get("CUDA_VISIBLE_DEVICES", "")
         root = nvidia_driver(Path(tmp) / "root", len(visible.split(",")) if visible else 0)
         try:
-            plan = make_plan(args, env=env, node=node, gpu_root=root)
+            plan = make_plan(settings, env=env, node=node, gpu_root=root)
         except UsageError as error:
             raise AssertionError(f"start-cluster refuses it ({launcher}): {error}") from None
     workers = [p for p in plan.processes if p.role == "worker"]

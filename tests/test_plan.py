@@ -23,7 +23,7 @@ def plan(
     gpu_root: Path | None = None,
 ) -> Plan:
     full = {"DASK_HPC_TEST": "1", **env}
-    args = parse(
+    settings = parse(
         [
             *argv.split(),
             "--local-directory",
@@ -32,7 +32,7 @@ def plan(
             str(tmp_path / "s.json"),
         ]
     )
-    return make_plan(args, env=full, node=node, gpu_root=gpu_root or tmp_path / "nogpu")
+    return make_plan(settings, env=full, node=node, gpu_root=gpu_root or tmp_path / "nogpu")
 
 
 def pals(rank: int, local_rank: int, size: int, ppn: int) -> dict[str, str]:
@@ -219,11 +219,11 @@ def test_site_detected_from_environment(tmp_path: Path) -> None:
 
 def test_job_scoped_scheduler_file_by_default(tmp_path: Path) -> None:
     env = {**pals(0, 0, 6, 6), "DASK_HPC_TEST": "1"}
-    args = parse(["cpu", "6", "--local-directory", str(tmp_path)])
+    settings = parse(["cpu", "6", "--local-directory", str(tmp_path)])
     import dask.config
 
     with dask.config.set({"hpc.scheduler-directory": str(tmp_path / "shared")}):
-        p = make_plan(args, env=env, node=NODE)
+        p = make_plan(settings, env=env, node=NODE)
     assert p.scheduler_file == tmp_path / "shared" / "dask-hpc-1.pbs-ap" / "scheduler.json"
 
 

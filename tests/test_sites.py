@@ -75,7 +75,7 @@ def test_unknown_machine_is_generic() -> None:
 @pytest.mark.parametrize("name", [s for s in SITES if load_site(s).gpu_count])
 def test_site_plans_one_worker_per_gpu(name: str, tmp_path: Path) -> None:
     site = load_site(name)
-    args = parse(
+    settings = parse(
         [
             "gpu",
             str(site.gpu_count),
@@ -88,7 +88,7 @@ def test_site_plans_one_worker_per_gpu(name: str, tmp_path: Path) -> None:
         ]
     )
     node = NodeResources(online_cpus=64, usable_cpus=64, memory=2**38)
-    plan = make_plan(args, env={"HOME": str(tmp_path)}, node=node, gpu_root=tmp_path)
+    plan = make_plan(settings, env={"HOME": str(tmp_path)}, node=node, gpu_root=tmp_path)
     workers = [p for p in plan.processes if p.role == "worker"]
     assert len(workers) == site.gpu_count
     visible = {

@@ -252,13 +252,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     try:
         try:
-            args = parse(argv)
+            settings = parse(argv)
         except BrokenPipeError:  # --help | head
             return stdout_closed()
-        plan = make_plan(args)
+        plan = make_plan(settings)
         if left_out and plan.rank.is_first:
             plan.notes.append(left_out)
-        if args.dry_run:
+        if settings.dry_run:
             try:
                 print(json.dumps(plan.describe(), indent=2), flush=True)
             except BrokenPipeError:  # --dry-run | head: the reader has what it wanted

@@ -82,9 +82,9 @@ def test_polaris_ranks_get_their_gpus_in_reverse_order(tmp_path: Path) -> None:
         env = {"PBS_JOBID": "1.pbs", "PALS_APID": "ap", "PALS_RANKID": str(local),
                "PALS_LOCAL_RANKID": str(local), "PALS_NODEID": "0", "PMI_SIZE": "4",
                "PMI_LOCAL_SIZE": "4", "HOME": str(tmp_path)}
-        args = parse(["gpu", "4", "--site", "polaris", "--local-directory", str(tmp_path),
+        settings = parse(["gpu", "4", "--site", "polaris", "--local-directory", str(tmp_path),
                       "--scheduler-file", str(tmp_path / "s.json")])
-        plan = make_plan(args, env=env, node=node, gpu_root=tmp_path)
+        plan = make_plan(settings, env=env, node=node, gpu_root=tmp_path)
         (worker,) = [p for p in plan.processes if p.role == "worker"]
         seen[local] = worker.env["CUDA_VISIBLE_DEVICES"]
     assert seen == {0: "3", 1: "2", 2: "1", 3: "0"}

@@ -29,10 +29,10 @@ def interface_address(name: str) -> str:
     )
 
 
-def host_address(args: Settings, site: Site, notes: list[str]) -> str | None:
+def host_address(settings: Settings, site: Site, notes: list[str]) -> str | None:
     """The IP to listen on: an explicit interface must exist, a site's default only if it does."""
-    if args.interface:
-        return interface_address(args.interface)
+    if settings.interface:
+        return interface_address(settings.interface)
     if site.network_interface:
         if site.network_interface in psutil.net_if_addrs():
             return interface_address(site.network_interface)
@@ -82,12 +82,12 @@ def parse_dashboard(address: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def tls_and_protocol(args: Settings, notes: list[str]) -> tuple[bool, str]:
+def tls_and_protocol(settings: Settings, notes: list[str]) -> tuple[bool, str]:
     """(TLS on?, protocol), refusing combinations that would send plain text by accident."""
-    tls = bool(config.get("tls") if args.tls is None else args.tls)
+    tls = bool(config.get("tls") if settings.tls is None else settings.tls)
     if not tls:
         notes.append("TLS is off: anyone who can reach the scheduler can run code as you")
-    protocol = args.protocol or config.get("protocol") or ("tls" if tls else "tcp")
+    protocol = settings.protocol or config.get("protocol") or ("tls" if tls else "tcp")
     if tls and protocol != "tls":
         raise UsageError(
             f"--protocol {protocol} sends everything unencrypted while TLS is on",

@@ -35,14 +35,14 @@ def _usable_directory(path: Path, what: str, fix: str) -> Path:
 
 
 def cluster_paths(
-    args: Settings, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
+    settings: Settings, site: Site, rank: launchers.RankInfo, env: Mapping[str, str]
 ) -> tuple[Path, Path]:
     """(cluster directory, scheduler file) for this launch."""
-    if args.join:
-        file = Path(args.join).expanduser().absolute()
+    if settings.join:
+        file = Path(settings.join).expanduser().absolute()
         return file.parent, file
-    if args.scheduler_file:
-        given = given_path(args.scheduler_file, "--scheduler-file", env)
+    if settings.scheduler_file:
+        given = given_path(settings.scheduler_file, "--scheduler-file", env)
         file = Path(given).expanduser().absolute()
         return file.parent / f"{file.stem}.dask-hpc", file
     base = config.get("scheduler-directory") or site.expand(site.scheduler_directory, env)
@@ -79,8 +79,9 @@ def given_path(text: str, option: str, env: Mapping[str, str]) -> str:
     return expanded
 
 
-def local_base(args: Settings, site: Site, env: Mapping[str, str]) -> Path:
+def local_base(settings: Settings, site: Site, env: Mapping[str, str]) -> Path:
     """Where each rank makes its private local directory (``private_local_directory``)."""
-    given = args.local_directory and given_path(args.local_directory, "--local-directory", env)
+    local = settings.local_directory
+    given = local and given_path(local, "--local-directory", env)
     text = given or site.expand(site.local_directory, env) or tempfile.gettempdir()
     return _usable_directory(Path(text).expanduser().absolute(), "local directory", LOCAL_FIX)

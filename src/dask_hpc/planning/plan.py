@@ -214,10 +214,10 @@ def private_local_directory(plan: Plan) -> Path:
 
 
 def _scheduler_spec(
-    args: Settings, rank: launchers.RankInfo, host_ip: str | None, protocol: str
+    settings: Settings, rank: launchers.RankInfo, host_ip: str | None, protocol: str
 ) -> ProcessSpec:
     host = host_ip or ("127.0.0.1" if rank.launcher == "none" else None)
-    port = args.scheduler_port
+    port = settings.scheduler_port
     if port is None:
         port = int(config.get("scheduler-port"))
     if not 0 <= port < 65536:
@@ -225,34 +225,35 @@ def _scheduler_spec(
             f"--scheduler-port {port} is not a port number", "use 1-65535, or 0 for a free one"
         )
     network.check_port_free(host or "", port, "--scheduler-port")
-    dashboard = args.dashboard_address or config.get("dashboard-address")
+    dashboard = settings.dashboard_address or config.get("dashboard-address")
     dash_host, dash_port = network.parse_dashboard(dashboard)
-    if args.dashboard_address:
+    if settings.dashboard_address:
         network.check_port_free(dash_host, dash_port, "--dashboard-address")
     options = {"host": host, "port": port, "protocol": protocol, "dashboard_address": dashboard}
     return ProcessSpec("scheduler", "scheduler", options)
 
 
-def _check_command(args: Settings, rank: launchers.RankInfo) -> None:
-    if args.name_prefix is not None and (
-        not args.join or not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", args.name_prefix)
+def _check_command(settings: Settings, rank: launchers.RankInfo) -> None:
+    if settings.name_prefix is not None and (
+        not settings.join or not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*", settings.name_prefix)
     ):
         raise UsageError(
-            f"--name-prefix {args.name_prefix!r} needs --join and letters, digits, '.', '_', '-'",
+            f"--name-prefix {settings.name_prefix!r} needs --join and letters, digits, '.', "
+            "'_', '-'",
             "e.g. --join FILE --name-prefix job-12",
         )
-    if args.join and args.command:
+    if settings.join and settings.command:
         raise UsageError(
             "--join starts only workers and cannot run a COMMAND",
             "run COMMAND where the cluster was started",
         )
-    if not rank.is_first or args.join:
+    if not rank.is_first or settings.join:
         return
-    if args.command and shutil.which(args.command[0]) is None:
+    if settings.command and shutil.which(settings.command[0]) is None:
         raise UsageError(
-            f"command {args.command[0]!r} not found", "check the name, or give its full path"
+            f"command {settings.command[0]!r} not found", "check the name, or give its full path"
         )
-    if args.jupyter and import_path.program("jupyter") is None:
+    if settings.jupyter and import_path.program("jupyter") is None:
         raise UsageError(
             "--jupyter needs JupyterLab, which is not installed",
             "pip install '.[jupyter]' in dask-hpc's checkout",
@@ -271,7 +272,7 @@ def _check_join(path: Path) -> None:
 
 
 def make_plan(
-    args: Settings,
+    settings: Settings,
     env: Mapping[str, str] | None = None,
     node: resources.NodeResources | None = None,
     gpu_root: Path = Path("/"),
@@ -280,20 +281,20 @@ def make_plan(
     env = os.environ if env is None else env
     notes: list[str] = []
     host = socket.gethostname()
-    rank = launchers.detect(env, args.launcher, pid=os.getpid(), host=host)
-    site_name = args.site or config.get("site")
+    rank = launchers.detect(env, settings.launcher, pid=os.getpid(), host=host)
+    site_name = settings.site or config.get("site")
     site = load_site(site_name) if site_name else detect_site(env, host)
-    wpn = args.workers_per_node
+    wpn = settings.workers_per_node
     layout, nodes, workers_here = _layout(rank, wpn)
     node = node or resources.detect()
-    if args.join:
-        _check_join(Path(args.join).expanduser())
-    tls, protocol = network.tls_and_protocol(args, notes)
-    host_ip = network.host_address(args, site, notes)
-    cluster_dir, scheduler_file = paths.cluster_paths(args, site, rank, env)
-    if not args.join:
+    if settings.join:
+        _check_join(Path(settings.join).expanduser())
+    tls, protocol = network.tls_and_protocol(settings, notes)
+    host_ip = network.host_address(settings, site, notes)
+    cluster_dir, scheduler_file = paths.cluster_paths(settings, site, rank, env)
+    if not settings.join:
         paths.check_cluster_paths(cluster_dir, scheduler_file, rank.is_first)
-    _check_command(args, rank)
+    _check_command(settings, rank)
 
     # What every worker of this rank shares.
     cpus = binding.choose_cpus(
@@ -311,32 +312,32 @@ def make_plan(
             f"{site.name} has no node-local storage: spilling off, pause at 80%, terminate at 95%"
         )
     gpu_node = None
-    if args.worker_type == "gpu":
+    if settings.worker_type == "gpu":
         gpu_node = worker_kind.gpu_node(env, site, wpn, workers_here, gpu_root, notes)
-    nanny = bool(config.get("nanny") if args.nanny is None else args.nanny)
+    nanny = bool(config.get("nanny") if settings.nanny is None else settings.nanny)
     options = {
         "scheduler_file": str(scheduler_file),
-        "nthreads": args.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
-        "memory_limit": _memory_limit(args.memory_limit, node.memory, wpn),
-        "resources": {**({"GPU": 1} if gpu_node else {}), **(args.resources or {})} or None,
+        "nthreads": settings.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
+        "memory_limit": _memory_limit(settings.memory_limit, node.memory, wpn),
+        "resources": {**({"GPU": 1} if gpu_node else {}), **(settings.resources or {})} or None,
         "local_directory": None,  # made at start: private_local_directory
-        "death_timeout": args.death_timeout or scale.start_timeout,
+        "death_timeout": settings.death_timeout or scale.start_timeout,
         "host": host_ip,
         "protocol": protocol,
         "nanny": nanny,
-        "worker_class": worker_kind.worker_class(args, gpu_node, nanny, notes),
+        "worker_class": worker_kind.worker_class(settings, gpu_node, nanny, notes),
         "keep_cpus": cpus.keep,  # the launcher's CPU binding wins over dask-cuda's NVML guess
     }
     if options["worker_class"] == "dask_cuda":
         options["cuda"] = {
-            "device_memory_limit": args.device_memory_limit or "default",
-            "rmm_pool_size": args.rmm_pool_size,
-            "enable_cudf_spill": args.enable_cudf_spill,
+            "device_memory_limit": settings.device_memory_limit or "default",
+            "rmm_pool_size": settings.rmm_pool_size,
+            "enable_cudf_spill": settings.enable_cudf_spill,
         }
 
     processes: list[ProcessSpec] = []
-    if rank.is_first and not args.join:
-        processes.append(_scheduler_spec(args, rank, host_ip, protocol))
+    if rank.is_first and not settings.join:
+        processes.append(_scheduler_spec(settings, rank, host_ip, protocol))
         processes[0].env.update(scale.env)
     first_index = rank.local_rank if layout == "worker-per-rank" else 0
     for i in range(workers_here):
@@ -344,37 +345,39 @@ def make_plan(
         if gpu_node is not None:
             env_i.update(gpus.worker_gpu_env(gpu_node, first_index + i, workers_here))
         name = worker_name(rank.rank, i, workers_here)
-        if args.join:
-            name = f"{args.name_prefix or 'join-' + rank.launch_id}-{name}"
+        if settings.join:
+            name = f"{settings.name_prefix or 'join-' + rank.launch_id}-{name}"
         processes.append(ProcessSpec("worker", name, dict(options), env_i))
 
     return Plan(
         rank=rank,
         site=site,
-        worker_type=args.worker_type,
+        worker_type=settings.worker_type,
         workers_per_node=wpn,
         layout=layout,
-        join=bool(args.join),
+        join=bool(settings.join),
         nodes=nodes,
         total_workers=total,
         cluster_dir=cluster_dir,
         scheduler_file=scheduler_file,
-        local_base=paths.local_base(args, site, env),
+        local_base=paths.local_base(settings, site, env),
         tls=tls,
         protocol=protocol,
-        timeout=args.timeout or scale.timeout,
+        timeout=settings.timeout or scale.timeout,
         leave_timeout=scale.leave_timeout,
-        open_files=scale.open_files_first if rank.is_first and not args.join else scale.open_files,
+        open_files=(
+            scale.open_files_first if rank.is_first and not settings.join else scale.open_files
+        ),
         poll_interval=float(config.get("poll-interval")),
         poll_max_interval=float(config.get("poll-max-interval") or poll_max_interval(rank.size)),
-        command=args.command,
-        jupyter=args.jupyter,
+        command=settings.command,
+        jupyter=settings.jupyter,
         processes=processes,
         notes=notes,
         abort_on_node_loss=bool(
             config.get("abort-on-node-loss")
-            if args.abort_on_node_loss is None
-            else args.abort_on_node_loss
+            if settings.abort_on_node_loss is None
+            else settings.abort_on_node_loss
         ),
         exit_status_file=config.get("exit-status-file") or None,
         hung_timeout=hung_timeout(),

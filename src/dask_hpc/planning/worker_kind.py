@@ -40,14 +40,14 @@ def gpu_node(
 
 
 def worker_class(
-    args: Settings, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
+    settings: Settings, gpu_node: gpus.GpuNode | None, nanny: bool, notes: list[str]
 ) -> str:
     cuda_flags = [
         flag
         for flag, value in (
-            ("--device-memory-limit", args.device_memory_limit),
-            ("--rmm-pool-size", args.rmm_pool_size),
-            ("--enable-cudf-spill", args.enable_cudf_spill),
+            ("--device-memory-limit", settings.device_memory_limit),
+            ("--rmm-pool-size", settings.rmm_pool_size),
+            ("--enable-cudf-spill", settings.enable_cudf_spill),
         )
         if value
     ]
@@ -71,7 +71,7 @@ def worker_class(
             "dask-cuda workers always run under a Nanny (as `dask cuda worker` does)",
             "drop --no-nanny",
         )
-    if args.rmm_pool_size and not _importable("rmm"):
+    if settings.rmm_pool_size and not _importable("rmm"):
         raise UsageError(
             "--rmm-pool-size needs RMM, which is not installed here",
             "install rmm (pip install rmm-cu12, or the site image), or drop --rmm-pool-size",
