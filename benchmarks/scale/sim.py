@@ -311,9 +311,14 @@ async def sim_main(args: argparse.Namespace) -> int:
             stats["settled"] = time.time()
             Path(args.settled_dir, str(args.first)).touch()
 
-    results = await asyncio.gather(
-        *(sim_rank(r, args, stats, beat) for r in ranks), return_exceptions=True
-    )
+    async def rank_saying_why(rank: int) -> None:  # a rank that fails says so at once
+        try:
+            await sim_rank(rank, args, stats, beat)
+        except BaseException as error:
+            print(f"simulated rank {rank} failed: {error!r}", file=sys.stderr, flush=True)
+            raise
+
+    results = await asyncio.gather(*(rank_saying_why(r) for r in ranks), return_exceptions=True)
     tidy.cancel()
     stats["errors"] = [repr(r) for r in results if isinstance(r, BaseException)][:5]
     Path(args.out).write_text(json.dumps(stats))
