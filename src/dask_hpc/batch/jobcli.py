@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError, stdout_closed
+from ..guard import private
 from ..guard.images import ImageError
 
 if TYPE_CHECKING:
@@ -130,9 +131,8 @@ def write(args: argparse.Namespace, command: Sequence[str]) -> int:
     from .script import render
 
     text = render(request(args, command))
-    if args.output:
-        Path(args.output).write_text(text)
-        Path(args.output).chmod(0o755)
+    if args.output:  # a new file renamed over it: never through a link another user planted
+        private.write_file(Path(args.output), text.encode(), mode=0o755)
         return 0
     try:
         sys.stdout.write(text)
