@@ -33,6 +33,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -48,11 +49,12 @@ from harness.emulate import (  # noqa: E402
     pbs_job_env,
     summit_hosts,
 )
+from harness.procs import TEST_TMP_VAR  # noqa: E402
 
 BIN = HARNESS / "bin"
 PBS_SERVER = "pbs01"
 LOGIN_VARS = ("HOME", "USER", "LOGNAME", "SHELL", "LANG", "TZ", "MAIL")
-HARNESS_VARS = ("DASK_HPC_TEST_TAG", "DASK_HPC_EMU_SPOOL")  # the harness's own
+HARNESS_VARS = ("DASK_HPC_TEST_TAG", "DASK_HPC_EMU_SPOOL", TEST_TMP_VAR)  # the harness's own
 SLURM_TO_PBS = {
     "PENDING": "Q", "CONFIGURING": "Q", "REQUEUED": "Q", "REQUEUE_HOLD": "H",
     "RUNNING": "R", "COMPLETING": "E", "SUSPENDED": "S", "STOPPED": "S",
@@ -399,10 +401,21 @@ def run_job(jobdir: str) -> int:
         env["PATH"] = f"{BIN / 'lsf'}:{BIN / 'site'}:{env.get('PATH', '/usr/bin:/bin')}"
         os.chdir(meta["cwd"])
     env["DASK_HPC_EMU_JOBDIR"] = str(here)
+    env["TMPDIR"] = job_tmpdir(env, meta["kind"], slurm_id)
     env = {k: v for k, v in env.items() if not k.startswith("SLURM_")}
     script = here / "script"
     os.execve("/bin/bash", ["bash", str(script)], env)
     return 1
+
+
+def job_tmpdir(env: dict[str, str], kind: str, jobid: str) -> str:
+    """The job's own TMPDIR, made as PBS Pro (``pbs.<jobid>``) and LSF (``<jobid>.tmpdir``)
+    make it, in the test's (removed with the test): Open MPI keeps its session directories
+    there, as on those systems, and not beside another job's."""
+    base = env.get(TEST_TMP_VAR) or tempfile.gettempdir()
+    path = Path(base) / (f"pbs.{jobid}" if kind == "pbs" else f"{jobid}.tmpdir")
+    path.mkdir(mode=0o700)
+    return str(path)
 
 
 # ---------------------------------------------------------------------- launchers in the job

@@ -14,6 +14,7 @@ too.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -22,7 +23,16 @@ from typing import Any
 import pytest
 
 from .flux import FluxInstance
-from .procs import TAG_VAR, CmdResult, LeakError, check_no_leaks, new_tag, run_cmd, tagged
+from .procs import (
+    TAG_VAR,
+    TEST_TMP_VAR,
+    CmdResult,
+    LeakError,
+    check_no_leaks,
+    new_tag,
+    run_cmd,
+    tagged,
+)
 from .slurm import SlurmCluster
 from .waiting import wait_for as _wait_for
 
@@ -34,9 +44,22 @@ _FLUX: list[FluxInstance] = []
 
 @pytest.fixture(autouse=True)
 def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """This test's unique tag, also exported in ``os.environ``; leaks are asserted after."""
+    """This test's unique tag, also exported in ``os.environ``; leaks are asserted after.
+
+    Each test also gets its own ``TMPDIR`` (as a batch job gets its own), removed after it.
+    Open MPI 4.1 keeps every ``mpirun`` of a user on a host in one ``ompi.<host>.<uid>``
+    directory there, and one that ends removes it while another is still making its own inside
+    it ("orte_session_dir failed": open-mpi/ompi#8510): it failed a CI run when two xdist
+    workers' tests ran mpirun at the same moment, and 1 run in 10 of tests/test_harness.py's
+    made-up-host tests on two workers. (Not ``orte_tmpdir_base``: mpirun hands that to the
+    daemons it starts on their command line, over ``fake-rsh``'s directory for each host.)
+    """
     tag = new_tag()
+    tmpdir = tempfile.mkdtemp(prefix="dask-hpc-test-")
+    os.chmod(tmpdir, 0o1777)  # as /tmp: a test's second user may use it too
     monkeypatch.setenv(TAG_VAR, tag)
+    monkeypatch.setenv("TMPDIR", tmpdir)
+    monkeypatch.setenv(TEST_TMP_VAR, tmpdir)
     yield tag
     monkeypatch.delenv(TAG_VAR, raising=False)
     problems = []
@@ -55,6 +78,7 @@ def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         if active:
             instance.cancel_all()
             problems.append(f"Flux jobs left (cancelled now): {active}")
+    shutil.rmtree(tmpdir, ignore_errors=True)
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
 

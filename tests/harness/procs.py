@@ -16,6 +16,9 @@ from .waiting import WaitTimeout, wait_for
 TAG_VAR = "DASK_HPC_TEST_TAG"
 
 # Keep MPI runtimes on loopback and let Open MPI run as root with more ranks than cores.
+SESSION_TMPDIR = os.environ.get("TMPDIR")  # before any test's own
+TEST_TMP_VAR = "DASK_HPC_TEST_TMPDIR"  # the test's own TMPDIR (emulated jobs make theirs in it)
+
 MPI_LOOPBACK_ENV = {
     "OMPI_MCA_oob_tcp_if_include": "lo",
     "OMPI_MCA_btl_tcp_if_include": "lo",
@@ -61,9 +64,15 @@ def tagged(env: Mapping[str, str], tag: str) -> dict[str, str]:
 
 
 def clean_daemon_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without the test tag or any launcher/batch variables (for long-lived daemons)."""
+    """``env`` without the test tag or any launcher/batch variables (for long-lived daemons),
+    with the session's TMPDIR, not the test's (removed when the test ends)."""
     drop = ("SLURM_", "OMPI_", "PMI_", "PMIX_", "PALS_", "JSM_", "LSB_", "PBS_", "COBALT_", "FLUX_")
-    return {k: v for k, v in env.items() if k != TAG_VAR and not k.startswith(drop)}
+    own = (TAG_VAR, TEST_TMP_VAR)
+    out = {k: v for k, v in env.items() if k not in own and not k.startswith(drop)}
+    out.pop("TMPDIR", None)
+    if SESSION_TMPDIR is not None:
+        out["TMPDIR"] = SESSION_TMPDIR
+    return out
 
 
 def run_cmd(
