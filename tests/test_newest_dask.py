@@ -34,6 +34,7 @@ FILES = [
     "tests/test_event_loop.py",
     "tests/test_log_summary.py",
     "tests/test_lighter_tls.py",
+    "tests/test_stealing.py",
     *(
         f"tests/test_scale.py::{name}"  # its in-process ones; the others start 2,000 workers
         for name in (
