@@ -79,8 +79,8 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     assert result.returncode == 0, output
     out = dask_ops_result(result.stdout)
     assert out["workers"] == names
-    assert out["after_restart"] == names  # client.restart(): every worker back
-    assert out["after_restart_workers"] == names
+    assert out["after_restart"] == names, output[-8000:]  # client.restart(): every worker back
+    assert out["after_restart_workers"] == names, output[-8000:]
     assert out["environ_plugin"] == ["yes"]  # a NannyPlugin reached every worker
     assert out["nanny_run"] == {"nannies": 2, "distinct_from_workers": True}
     assert out["exiting_task"] == "KilledWorker"  # os._exit in a task, as with `dask worker`

@@ -20,6 +20,13 @@ def names(client: Client) -> list[str]:
     return sorted(str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values())
 
 
+def unless_whole(client: Client, n: int, result: dict, label: str) -> None:
+    """Where a list of workers is short (a flake seen twice in CI under load), the scheduler's
+    last log lines, to say which worker left or came back when."""
+    if len(result[label]) != n:
+        result[f"{label}_scheduler_log"] = [m for _, m in client.get_scheduler_logs(n=40)]
+
+
 def main() -> int:
     n = int(sys.argv[1])
     client = Client(timeout=30)
@@ -32,12 +39,14 @@ def main() -> int:
     client.restart()
     result["after_restart"] = names(client)
     timed("restart", start)
+    unless_whole(client, n, result, "after_restart")
 
     start = time.monotonic()
     first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
     client.restart_workers([first])
     result["after_restart_workers"] = names(client)
     timed("restart_workers", start)
+    unless_whole(client, n, result, "after_restart_workers")
 
     start = time.monotonic()
     client.register_plugin(Environ({"DASK_HPC_PLUGIN_SET": "yes"}))  # a NannyPlugin: restarts
