@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import operator
+import os
 import re
+import shutil
 import stat
 import sys
+import threading
 
 import pytest
 from distributed import Client, wait
@@ -104,6 +107,56 @@ def test_a_job_the_batch_system_ends_stops_counting_and_is_replaced(
     assert cluster.pools["cpu"].counter == 3  # exactly one replacement
     assert client.submit(operator.add, 1, 1).result() == 2
     client.close()
+
+
+GATED_SBATCH = """#!/bin/sh
+# The real sbatch (--parsable SCRIPT), the second call held at a gate after it read the script
+# (a slow slurmctld): it says it waits, reads a line from the gate FIFO (120 s at most),
+# submits, then leaves the job's id in $GATE/submitted.
+n=$(($(cat "$GATE/count" 2>/dev/null || echo 0) + 1)); echo "$n" >"$GATE/count"
+cp "$2" "$GATE/script.$n"
+[ "$n" = 2 ] && : >"$GATE/waiting" && timeout 120 sh -c 'read line <"$GATE/fifo"'
+out=$("$REAL_SBATCH" "$1" "$GATE/script.$n"); code=$?
+printf '%s\\n' "$out"
+[ "$n" = 2 ] && printf '%s' "$out" >"$GATE/id" && mv "$GATE/id" "$GATE/submitted"
+exit "$code"
+"""
+
+
+def test_a_replacement_still_being_submitted_at_close_is_cancelled(
+    make_cluster, elastic_slurm, monkeypatch, tmp_path, wait_for
+) -> None:
+    """close stops the job loop while a replacement's sbatch is still running (CI: a walltime
+    replacement's flux batch): the job it submits is found and cancelled, not left to run."""
+    gate = tmp_path / "gate"
+    (gate / "bin").mkdir(parents=True)
+    os.mkfifo(gate / "fifo", 0o600)
+    wrapper = gate / "bin" / "sbatch"
+    wrapper.write_text(GATED_SBATCH)
+    wrapper.chmod(0o700)
+    monkeypatch.setenv("REAL_SBATCH", shutil.which("sbatch"))
+    monkeypatch.setenv("GATE", str(gate))
+    monkeypatch.setenv("PATH", f"{gate / 'bin'}:{os.environ['PATH']}")
+
+    cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
+    cluster.scale(jobs=1)
+    cluster.wait_for_workers(1, timeout=120)
+    (first,) = cluster.jobs.values()
+    elastic_slurm.scancel(first.job_id)  # the loop submits a replacement: held at the gate
+    wait_for(lambda: (gate / "waiting").exists(), 60, what="the replacement's sbatch")
+    closing = threading.Thread(target=cluster.close)
+    closing.start()
+    loop_task = cluster._reconciler._task
+    wait_for(lambda: loop_task.done() or loop_task.cancelling(), 30, what="close to stop the loop")
+    with open(gate / "fifo", "w") as fifo:  # the held sbatch goes on
+        fifo.write("go\n")
+    closing.join(120)
+    assert not closing.is_alive()
+    wait_for(lambda: (gate / "submitted").exists(), 60, what="the held sbatch to submit")
+    held = (gate / "submitted").read_text().split(";")[0]
+    assert held.isdigit(), held
+    assert elastic_slurm.wait_job(held, 60)[0] == "CANCELLED"  # by close, before it ran
+    wait_for(lambda: not elastic_slurm.jobs(), 60, what="no job left in Slurm")
 
 
 def test_a_script_that_never_closes_its_cluster_leaves_no_job(run_cmd, shell_env, elastic_slurm):

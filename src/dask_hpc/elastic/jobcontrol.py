@@ -117,7 +117,7 @@ class JobControl:
         job = Job(name, pool.name, cluster.log_directory / f"{name}.out")
         self.jobs[name] = job
         try:
-            job.job_id = await self.batch.submit(job, script.render(cluster._request(pool, name)))
+            job.job_id = await self._submitted(job, script.render(cluster._request(pool, name)))
         except (UsageError, ImageError) as error:
             self.jobs.pop(name, None)
             if not pool.broken:
@@ -127,6 +127,19 @@ class JobControl:
             await self.batch.cancel([job.job_id])
         elif job.state is None:
             job.state = "queued"
+
+    async def _submitted(self, job: Job, text: str) -> str:
+        """``batch.submit``, seen to its end even when close cancels the loop meanwhile: the
+        batch system may already hold the job, and close can cancel only a job whose id it
+        knows (else it runs on, its cluster gone: seen in CI, a walltime replacement's
+        ``flux batch`` still running when the test closed its cluster)."""
+        submission = asyncio.ensure_future(self.batch.submit(job, text))
+        try:
+            return await asyncio.shield(submission)
+        except asyncio.CancelledError:
+            with suppress(Exception):
+                job.job_id = await submission
+            raise
 
     async def shrink(self, jobs: list[Job], n: int) -> None:
         """Give up ``n`` of ``jobs``: queued ones first (newest first), then running ones with
