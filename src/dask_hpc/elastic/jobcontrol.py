@@ -117,7 +117,7 @@ class JobControl:
         job = Job(name, pool.name, cluster.log_directory / f"{name}.out")
         self.jobs[name] = job
         try:
-            job.job_id = await self._submitted(job, script.render(cluster._request(pool, name)))
+            job.job_id = await self.submitted(job, script.render(cluster._request(pool, name)))
         except (UsageError, ImageError) as error:
             self.jobs.pop(name, None)
             if not pool.broken:
@@ -128,7 +128,7 @@ class JobControl:
         elif job.state is None:
             job.state = "queued"
 
-    async def _submitted(self, job: Job, text: str) -> str:
+    async def submitted(self, job: Job, text: str) -> str:
         """``batch.submit``, seen to its end even when close cancels the loop meanwhile: the
         batch system may already hold the job, and close can cancel only a job whose id it
         knows (else it runs on, its cluster gone: seen in CI, a walltime replacement's

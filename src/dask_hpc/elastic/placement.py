@@ -75,11 +75,11 @@ async def _start_scheduler_job(cluster: Any) -> SchedulerInfo:
     name = f"{cluster.cluster_id}-scheduler"
     job = Job(name, "", cluster.log_directory / f"{name}.out")
     cluster.scheduler_job = job
-    job.job_id = await control.batch.submit(job, script.render(scheduler_request(cluster)))
-    job.state = "queued"
     try:
+        job.job_id = await control.submitted(job, script.render(scheduler_request(cluster)))
+        job.state = "queued"
         return await _wait_for_scheduler(cluster, job)
-    except BaseException:
+    except BaseException:  # Ctrl-C, a timeout: the job, once submitted, goes too
         await control.cancel([job])
         raise
 
