@@ -128,15 +128,24 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
 
     longest = {p: 0.0 for p in PHASES}
     longest_cpu = {p: 0.0 for p in PHASES}
+    longest_window = {p: (0.0, 0.0) for p in PHASES}  # when the phase's longest stall was
     for t, late, thread_cpu, _ in faults["stalls"]:
         phase = phase_of(t, job, ready, end)
         if phase:
+            if late > longest[phase]:
+                longest_window[phase] = (t - late, t)
             longest[phase] = max(longest[phase], late)
             longest_cpu[phase] = max(longest_cpu[phase], thread_cpu)
     stacks: dict[str, Counter[str]] = {p: Counter() for p in PHASES}  # the loop while late
+    # In the phase's longest stall: the samples each function is in (anywhere in the stack: a
+    # turn of many distinct innermost frames, Dask's transitions, still adds up)
+    in_longest: dict[str, Counter[str]] = {p: Counter() for p in PHASES}
     for t, where in faults["stacks"]:
         if phase := phase_of(t, job, ready, end):
             stacks[phase][where] += 1
+            if longest_window[phase][0] <= t <= longest_window[phase][1]:
+                in_longest[phase]["(samples)"] += 1
+                in_longest[phase].update(set(where.split(" < ")))
     dropped: dict[str, int] = {}  # workers removed before COMMAND's end, by why
     for t, _, why, _ in faults["removals"]:
         if t < end:
@@ -191,6 +200,7 @@ def run_one(workers: int, opts: argparse.Namespace, tmp: Path) -> dict:
         "gc": faults["gc"],
         # where the loop was while over 0.25 s late (sampled every 50 ms): the 3 most common
         "stall_stacks": {p: c.most_common(3) for p, c in stacks.items() if c},
+        "longest_stall_functions": {p: c.most_common(12) for p, c in in_longest.items() if c},
         "sim_cpu_s": sim_cpu,
         "busy": (cpu + sim_cpu) / (len(os.sched_getaffinity(0)) * (max(ends.values()) - start)),
         "peak_mib": watch.peak_rss / 2**20,

@@ -155,6 +155,10 @@ def report(results: list[dict]) -> None:
                   "0.25 s late (samples every 50 ms; innermost first):")  # fmt: skip
             for where, n in top:
                 print(f"    {n:5d}  {where[:240]}")
+        for phase, counts in r.get("longest_stall_functions", {}).items():
+            print(f"\nW={r['workers']:,}, {phase}: the longest stall's samples, by the function "
+                  "they were in (anywhere in the innermost 8 frames):")  # fmt: skip
+            print("    " + ", ".join(f"{where} {n}" for where, n in counts))
     met = goals({r["workers"]: r for r in results})
     if met:
         goals_table(("goal (issue 28)", "measured", "target", "met"),
