@@ -350,3 +350,18 @@ def test_the_schedulers_cost_per_join_does_not_grow_from_500_to_2000_workers(
         assert r["fds"] <= 2 * r["workers"] + 300, r["fds"]
         assert sum(r["dropped"].values()) == 0
     assert growth <= MAX_JOIN_GROWTH
+
+
+def test_the_graph_ingest_benchmark_prints_its_table(run_cmd, cluster_env) -> None:
+    """python -m benchmarks.graph_ingest (docs/scale.md) at a small size: a row per W and
+    graph with the loop's CPU of Dask's synchronous part under queuing and inf."""
+    argv = [*BENCH, "benchmarks.graph_ingest", "--workers", "2", "--tasks", "200"]
+    result = run_cmd(argv, env=cluster_env, timeout=300, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 2 |")]
+    assert len(rows) == 1, result.stdout
+    _, _, tasks, queuing, inf, _ = rows[0].split("|")
+    assert tasks.strip() == "200 (223)"
+    for cell in (queuing, inf):
+        cpu, per_task = cell.strip().split("; ")
+        assert float(cpu) > 0 and int(per_task) > 0, rows[0]

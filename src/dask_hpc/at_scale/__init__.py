@@ -6,7 +6,8 @@ heartbeats over the stream they already hold), ``event_loop`` (a bounded number 
 connections per turn of the scheduler's loop), ``log_summary`` (Dask's repeated warnings
 summarised), ``lighter_tls`` (listeners that hand out no TLS session tickets), ``closing`` (a
 cluster's end without Dask's O(W) loops per leaving worker), ``stealing`` (work stealing's
-thief found in O(log W), not O(W), per task). Each module's
+thief found in O(log W), not O(W), per task), ``sends`` (at most so many writes to workers per
+turn of the scheduler's loop). Each module's
 docstring says which Dask methods it replaces, the Dask releases it was checked against (the
 low end of the declared range, constraints.txt, and the newest in it,
 tests/test_newest_dask.py) and the measurement behind it (docs/scale.md, docs/performance.md).
