@@ -100,6 +100,22 @@ class Background:
     def signal(self, sig: int) -> None:
         self.proc.send_signal(sig)
 
+    def listening_on(self, port: int) -> set[str]:
+        """The addresses its processes (the launcher and all below it) listen on at ``port``:
+        read from the owner's side, so another process that happens to hold that port number
+        on another address is never mistaken for ours."""
+        procs = [psutil.Process(self.proc.pid)]
+        procs += procs[0].children(recursive=True)
+        found = set()
+        for proc in procs:
+            try:
+                conns = proc.net_connections(kind="inet")
+            except psutil.NoSuchProcess:
+                continue
+            found |= {c.laddr.ip for c in conns
+                      if c.status == psutil.CONN_LISTEN and c.laddr.port == port}
+        return found
+
     def kill(self) -> None:
         """SIGKILL the launcher's whole session (teardown; the leak check does the rest)."""
         try:
