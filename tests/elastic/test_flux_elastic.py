@@ -11,8 +11,10 @@ import time
 
 import pytest
 from distributed import wait
+from distributed.diagnostics.plugin import SchedulerPlugin
 from elastic_support import computed_twice, worker_names
 
+from dask_hpc.elastic.jobs import Job
 from dask_hpc.errors import UsageError
 
 HPC_CLUSTER = [sys.executable, "-m", "dask_hpc.elastic"]
@@ -66,13 +68,16 @@ def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     retire before its walltime (a margin of 20 s, and 8 more for the Flux instance each batch
     job is), the replacement is there before they go. (One-minute jobs dipped to one worker
     now and then on the loaded 2-core machine: a replacement's start took longer than the
-    25 s before the first retirement, docs/elastic.md.)"""
+    25 s before the first retirement, docs/elastic.md.) On a failure, each job's timeline:
+    one ended TIMEOUT once in CI at load ~45, its workers retired 17 s before the limit."""
     import dask.array as da
     import numpy as np
 
     cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:01:30")
     assert "#FLUX: --time-limit=90s" in cluster.job_script()
     assert cluster.pools["cpu"].lifetime() == (62.0, 7.0)
+    seen = WorkerTimes()
+    cluster.scheduler.add_plugin(seen)
     cluster.scale(jobs=2)
     client = cluster.get_client()
     client.wait_for_workers(2, timeout=120)
@@ -97,10 +102,50 @@ def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     assert computed_twice(cluster) == []
     ended = [j for j in cluster.finished if j.ever_connected]
     assert len(ended) >= 2, [(j.name, j.batch_state) for j in cluster.finished]
+    flux = {j.name: elastic_flux.job(j.job_id) for j in ended}
+    timeline = {j.name: seen.timeline(j, flux[j.name]) for j in ended}
     for job in ended:  # ended by themselves before Flux's time limit: never TIMEOUT
-        assert elastic_flux.job(job.job_id)["result"] == "COMPLETED", job.name
+        assert flux[job.name]["result"] == "COMPLETED", (job.name, timeline)
+        # The walltime retirement counts from the job's start at the earliest, never later.
+        assert seen.wall(job.started_at) <= flux[job.name]["t_run"] + 0.5, (job.name, timeline)
     assert not [j for j in cluster.finished if not j.ever_connected]
     client.close()
+
+
+class WorkerTimes(SchedulerPlugin):
+    """When each worker joined and left the scheduler (wall clock, as Flux's job times)."""
+
+    def __init__(self) -> None:
+        self.names: dict[str, str] = {}
+        self.joined: dict[str, float] = {}
+        self.left: dict[str, float] = {}
+
+    def add_worker(self, scheduler, worker: str) -> None:
+        self.names[worker] = str(scheduler.workers[worker].name)
+        self.joined[self.names[worker]] = time.time()
+
+    def remove_worker(self, scheduler, worker: str, **kwargs) -> None:
+        self.left[self.names.get(worker, worker)] = time.time()
+
+    @staticmethod
+    def wall(monotonic: float | None) -> float:
+        """A ``time.monotonic()`` reading as wall-clock time."""
+        return (monotonic or 0.0) + time.time() - time.monotonic()
+
+    def timeline(self, job: Job, info: dict) -> str:
+        """A Flux job's result and, in seconds from its start: when the cluster counts it
+        started, its workers' arrival and departure, its end (the instance's stop included)
+        and its time limit."""
+        run = info.get("t_run", 0.0)
+        mine = [n for n in self.joined if n.startswith(job.name + "-")]
+        phases = {
+            "counted from": self.wall(job.started_at) - run,
+            "joined": max((self.joined[n] for n in mine), default=run) - run,
+            "left": max((self.left.get(n, run) for n in mine), default=run) - run,
+            "ended": info.get("t_inactive", run) - run,
+            "limit": info.get("expiration", run) - run,
+        }
+        return f"{info.get('result')} " + " ".join(f"{k} {v:.1f}" for k, v in phases.items())
 
 
 def test_more_nodes_than_flux_has_is_one_line_and_nothing_left(make_flux_cluster, elastic_flux):

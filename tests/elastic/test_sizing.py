@@ -130,7 +130,17 @@ def test_counts_skips_cancelled_retiring_ended_and_expiring() -> None:
 def test_past_retirement() -> None:
     pool = make_pool(4)
     j = job("r", workers=1)
-    assert not sizing.past_retirement(job("q", state="queued"), pool, NOW, 5.0)
-    j.started_at = NOW - (3600 - 0.6 * 300) + 5.0
-    assert sizing.past_retirement(j, pool, NOW, 5.0)
-    assert not sizing.past_retirement(j, pool, NOW - 1, 5.0)
+    assert not sizing.past_retirement(job("q", state="queued"), pool, NOW)
+    j.started_at = NOW - (3600 - 0.6 * 300)
+    assert sizing.past_retirement(j, pool, NOW)
+    assert not sizing.past_retirement(j, pool, NOW - 1)
+
+
+def test_a_job_seen_running_started_after_the_last_reading_that_did_not_say_so() -> None:
+    """A round held up by slow submissions reads the states 40 s after the last reading:
+    the job counts as started right after that reading (and never before its submission),
+    not 40 s later when it is seen; its workers retire 40 s sooner for it."""
+    j = job("slow-round", submitted=NOW - 100)
+    assert sizing.started_between(j, last_asked=NOW - 40) == NOW - 40
+    assert sizing.started_between(j, last_asked=NOW - 200) == NOW - 100  # submitted after
+    assert sizing.started_between(j, last_asked=None) == NOW - 100  # the first reading

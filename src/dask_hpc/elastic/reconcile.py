@@ -47,6 +47,7 @@ class Reconciler:
         self._wake: asyncio.Event | None = None
         self._lock: asyncio.Lock | None = None
         self._state_text: str | None = None
+        self._last_asked: float | None = None  # when the last reading of job states began
 
     def prepare(self) -> None:
         """Make the loop's event and lock (in the event loop, before ``scale`` may run)."""
@@ -99,10 +100,11 @@ class Reconciler:
     async def _read_states(self) -> None:
         cluster, control = self.cluster, self.control
         live = [j for j in list(control.jobs.values()) if j.job_id and not j.ended]
+        asked = time.monotonic()
         states = await control.batch.states([j.job_id for j in live])  # type: ignore[misc]
         if states is None:
             return
-        now = time.monotonic()
+        now, last_asked, self._last_asked = time.monotonic(), self._last_asked, asked
         never = []
         for job in live:
             category, reason = tracking.read(
@@ -118,7 +120,7 @@ class Reconciler:
             job.state = category
             if category == "running":
                 if job.started_at is None:
-                    job.started_at = now
+                    job.started_at = sizing.started_between(job, last_asked)
                 if not job.workers and job.empty_since is None:
                     job.empty_since = now
         for job in list(control.jobs.values()):
@@ -139,7 +141,7 @@ class Reconciler:
 
     def _past_retirement(self, job: Job, now: float) -> bool:
         pool = self.cluster.pools[job.pool]
-        return sizing.past_retirement(job, pool, now, self.cluster.poll_interval)
+        return sizing.past_retirement(job, pool, now)
 
     # ------------------------------------------------------------------ corrections
     async def _correct_all(self) -> None:

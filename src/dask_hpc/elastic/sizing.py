@@ -33,15 +33,22 @@ def counts(job: Job, pool: Pool, now: float) -> bool:
     return True
 
 
-def past_retirement(job: Job, pool: Pool, now: float, poll_interval: float) -> bool:
+def past_retirement(job: Job, pool: Pool, now: float) -> bool:
     """Whether a running job's workers should all have retired by now, counting from the
     job's start (Dask's lifetime counts from each worker's start, later when a loaded node
-    is slow to start them): 60% of the margin before the walltime, the polling's delay in
-    seeing the job start included."""
+    is slow to start them): 60% of the margin before the walltime. ``job.started_at`` is the
+    earliest moment it can have started (``started_between``)."""
     if job.started_at is None:
         return False
-    start = job.started_at - poll_interval
-    return now >= start + pool.walltime_seconds - 0.6 * pool.lifetime_margin
+    return now >= job.started_at + pool.walltime_seconds - 0.6 * pool.lifetime_margin
+
+
+def started_between(job: Job, last_asked: float | None) -> float:
+    """When a job first seen running started, at the earliest: after it was submitted and
+    after the last reading of the batch states that did not list it running (``last_asked``:
+    when that reading was asked for). Not when it is seen: the readings are further apart
+    than the poll interval when submissions or a loaded batch system hold up a round."""
+    return max(job.submitted_at, last_asked if last_asked is not None else job.submitted_at)
 
 
 def shrink_choice(jobs: Sequence[Job], n: int) -> list[Job]:
