@@ -45,7 +45,7 @@ def test_a_p2p_shuffle_a_killed_worker_and_a_clean_end_show_only_their_lines(
 ) -> None:
     env = {k: v for k, v in cluster_env.items() if not k.startswith("SSH_")}
     argv = [*start_cluster(), "cpu", "2", *OPTS, "--", sys.executable, str(JOB)]
-    result = run_cmd(argv, env=env, timeout=180)
+    result = run_cmd(argv, env=env, timeout=270)
     assert result.returncode == 0, result.stderr
     line = next(x for x in result.stdout.splitlines() if x.startswith("TERMINAL "))
     out = json.loads(line[len("TERMINAL ") :])
