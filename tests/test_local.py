@@ -87,6 +87,7 @@ def test_interactive_mode_ends_with_client_shutdown(cluster_env, tmp_path: Path,
     try:
         wait_for(lambda: sched.exists() or proc.poll() is not None, 60, what="scheduler file")
         import dask.config
+        import distributed  # noqa: F401 - its configuration's defaults (the dashboard link's)
 
         from dask_hpc import connect
 

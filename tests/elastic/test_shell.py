@@ -15,9 +15,9 @@ pytestmark = pytest.mark.slurm
 
 HPC_CLUSTER = [sys.executable, "-m", "dask_hpc.elastic"]
 PROBE = (
-    "import os; from distributed import Client; c = Client(); "
+    "import dask; from distributed import Client; c = Client(); "
     "print('WORKERS', len(c.scheduler_info()['workers']), c.scheduler.address[:6]); "
-    "print('LINK', os.environ['DASK_DISTRIBUTED__DASHBOARD__LINK'])"
+    "print('LINK', dask.config.get('distributed.dashboard.link'))"
 )
 
 

@@ -55,7 +55,9 @@ def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     daemons it starts on their command line, over ``fake-rsh``'s directory for each host.)
     """
     tag = new_tag()
-    tmpdir = tempfile.mkdtemp(prefix="dask-hpc-test-")
+    # "_" before the random part: Dask reads DASK_HPC_TEST_TMPDIR as Python, and "-1in..." made
+    # every `import dask` in the test print a SyntaxWarning (a CI run; tests/test_dask_env.py)
+    tmpdir = tempfile.mkdtemp(prefix="dask-hpc-test_")
     os.chmod(tmpdir, 0o1777)  # as /tmp: a test's second user may use it too
     monkeypatch.setenv(TAG_VAR, tag)
     monkeypatch.setenv("TMPDIR", tmpdir)

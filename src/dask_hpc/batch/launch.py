@@ -143,8 +143,10 @@ def status_from_rank0(launch: str) -> str:
     return "\n".join(
         [
             # mktemp: a new file of a random name, the user's alone (a fixed or $$-named one is
-            # one another user of a shared directory can plant first, as a symlink)
-            'export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"',
+            # one another user of a shared directory can plant first, as a symlink). After "_",
+            # the random part is never read by Dask as a number ('.1in...': a SyntaxWarning
+            # at every `import dask` in the job; config.env_value)
+            'export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status_XXXXXX")"',
             f"trap 'rm -f {status}' EXIT",  # also when the launcher fails (set -e)
             launch,
             f"status=$(cat {status} 2>/dev/null || true)",  # empty: rank 0 wrote nothing

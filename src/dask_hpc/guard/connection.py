@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from . import private
 from .security import TlsFiles, tls_env
 
@@ -90,9 +91,9 @@ class SchedulerInfo:
 
     def client_env(self) -> dict[str, str]:
         """Environment in which a bare ``distributed.Client()`` connects to this cluster."""
-        env = {"DASK_SCHEDULER_ADDRESS": self.address}
+        env = {"DASK_SCHEDULER_ADDRESS": config.env_value(self.address)}
         if self.dashboard_link:
-            env["DASK_DISTRIBUTED__DASHBOARD__LINK"] = self.dashboard_link
+            env["DASK_DISTRIBUTED__DASHBOARD__LINK"] = config.env_value(self.dashboard_link)
         if self.tls:
             env.update(tls_env(self.tls))
         return env

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from . import private
 
 TLS_ROLES = ("scheduler", "worker", "client")
@@ -120,12 +121,13 @@ TLS_MIN_VERSION = "1.3"
 
 def tls_env(files: TlsFiles) -> dict[str, str]:
     """DASK_* variables that make every Dask role use ``files``, TLS 1.3, and require encryption."""
+    ca, cert, key = (config.env_value(str(path)) for path in (files.ca, files.cert, files.key))
     env = {
         "DASK_DISTRIBUTED__COMM__REQUIRE_ENCRYPTION": "True",
         "DASK_DISTRIBUTED__COMM__TLS__MIN_VERSION": TLS_MIN_VERSION,
-        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": str(files.ca),
+        "DASK_DISTRIBUTED__COMM__TLS__CA_FILE": ca,
     }
     for role in TLS_ROLES:
-        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__CERT"] = str(files.cert)
-        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__KEY"] = str(files.key)
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__CERT"] = cert
+        env[f"DASK_DISTRIBUTED__COMM__TLS__{role.upper()}__KEY"] = key
     return env

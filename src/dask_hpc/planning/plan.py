@@ -209,7 +209,7 @@ def private_local_directory(plan: Plan) -> Path:
         if spec.role == "worker":
             spec.options["local_directory"] = str(path)
         else:  # Dask's scheduler takes its work directory from this setting
-            spec.env["DASK_TEMPORARY_DIRECTORY"] = str(path)
+            spec.env["DASK_TEMPORARY_DIRECTORY"] = config.env_value(str(path))
     return path
 
 

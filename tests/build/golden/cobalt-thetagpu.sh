@@ -61,7 +61,7 @@ dask_hpc_bind() {  # DIRECTORY WHAT: checked, and added to the binds
 dask_hpc_binds=
 dask_hpc_bind "${DASK_HPC__SCHEDULER_DIRECTORY:-${HOME:+${HOME}}}" 'scheduler directory ($DASK_HPC__SCHEDULER_DIRECTORY, else $HOME of the thetagpu profile)'
 dask_hpc_bind "/local/scratch" 'local directory /local/scratch of the thetagpu profile'
-export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"
+export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status_XXXXXX")"
 trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
 mpirun -np 8 --map-by ppr:8:node:pe=16 --enable-recovery --hostfile "$COBALT_NODEFILE" apptainer exec --nv ${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 8 --site thetagpu -- python job.py
 status=$(cat "$DASK_HPC__EXIT_STATUS_FILE" 2>/dev/null || true)

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "${PBS_O_WORKDIR:-.}"
 
-export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status.XXXXXX")"
+export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status_XXXXXX")"
 trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
 # The MPI of this job's mpiexec, told apart by its path and version:
 mpi="$(command -v mpiexec || true) $(mpiexec --version 2>&1 | head -n 1 || true)"
