@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from distributed import Scheduler, Worker
@@ -122,6 +123,43 @@ def test_a_missing_reply_is_a_failed_heartbeat(monkeypatch) -> None:
     assert asyncio.run(asyncio.wait_for(run(), 60)) == [
         "Failed to communicate with scheduler during heartbeat."
     ]
+
+
+def test_a_reply_due_while_the_worker_did_not_run_is_waited_for_not_a_failure(
+    monkeypatch,
+) -> None:
+    """The process stops for longer than the reply's timeout (SIGSTOP, a hung node, the GIL
+    held): when it runs again the timeout has long passed, but the reply was never given a
+    chance. It gets the timeout again; no error is logged."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 1.0)
+
+    async def run() -> list[str]:
+        shown: list[str] = []
+        handler = logging.Handler(logging.WARNING)
+        handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
+        logging.getLogger("distributed.worker").addHandler(handler)
+        try:
+            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
+                heartbeats.serve(scheduler)
+                answer = scheduler.stream_handlers[heartbeats.BEAT]
+                stalled: list[float] = []
+
+                def stall_then_answer(**kwargs) -> None:
+                    if not stalled:  # the whole process stops, as under SIGSTOP
+                        stalled.append(3.0)
+                        time.sleep(3.0)
+                    answer(**kwargs)
+
+                scheduler.stream_handlers[heartbeats.BEAT] = stall_then_answer
+                async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
+                    await until(lambda: worker.scheduler._offered.is_set())
+                    await asyncio.wait_for(worker.heartbeat(), 30)
+                    assert stalled and worker.status.name == "running"
+        finally:
+            logging.getLogger("distributed.worker").removeHandler(handler)
+        return shown
+
+    assert asyncio.run(asyncio.wait_for(run(), 60)) == []
 
 
 def test_an_offer_that_comes_late_moves_the_heartbeats_to_the_stream(monkeypatch) -> None:

@@ -36,6 +36,7 @@ ASK = "dask-hpc-heartbeats"  # worker -> scheduler, in a keep-alive message: may
 OFFER = "dask-hpc-heartbeats-offered"  # scheduler -> worker: yes
 BEAT = "dask-hpc-heartbeat"  # worker -> scheduler: Dask's heartbeat_worker arguments
 REPLY = "dask-hpc-heartbeat-reply"  # scheduler -> worker: its answer
+STALLED = 1.0  # s a reply's timeout fired late by: this process was not running
 
 
 def serve(scheduler: Any) -> None:
@@ -105,7 +106,15 @@ class StreamHeartbeats:
         timeout = self.reply_timeout or parse_timedelta(
             dask.config.get("distributed.comm.timeouts.tcp"), "s"
         )
+        loop = asyncio.get_running_loop()
+        sent = loop.time()
         await asyncio.wait({reply}, timeout=timeout)  # (a late reply still pairs with it)
+        if not reply.done() and loop.time() - sent - timeout > STALLED:
+            # This process did not run meanwhile (stopped, its node hung, the GIL held): the
+            # reply may be waiting unread. The scheduler gets the timeout again, from now (a
+            # rank that rank 0 gave up and that ran again stops its workers meanwhile:
+            # tests/test_hung.py saw this error's traceback first).
+            await asyncio.wait({reply}, timeout=timeout)
         if not reply.done():
             raise OSError(f"no heartbeat reply from the scheduler within {timeout} s")
         return reply.result()
