@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 import pytest
 from distributed import Scheduler, Worker
@@ -99,39 +100,10 @@ def test_a_heartbeat_waiting_on_the_stream_when_its_worker_closes_is_not_an_erro
     assert not [r for r in caplog.records if "heartbeat" in r.getMessage()]
 
 
-def test_a_missing_reply_is_a_failed_heartbeat(monkeypatch) -> None:
-    """A reply that never comes fails like a broken RPC: Dask logs it and the worker runs on."""
-    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 0.3)
-
-    async def run() -> list[str]:
-        shown: list[str] = []
-        handler = logging.Handler(logging.ERROR)
-        handler.emit = lambda record: shown.append(record.getMessage())  # type: ignore[method-assign]
-        logging.getLogger("distributed.worker").addHandler(handler)
-        try:
-            async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
-                heartbeats.serve(scheduler)
-                scheduler.stream_handlers[heartbeats.BEAT] = lambda **kwargs: None  # no reply
-                async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
-                    await until(lambda: worker.scheduler._offered.is_set())
-                    await asyncio.wait_for(worker.heartbeat(), 30)
-                    assert worker.status.name == "running"
-        finally:
-            logging.getLogger("distributed.worker").removeHandler(handler)
-        return shown
-
-    assert asyncio.run(asyncio.wait_for(run(), 60)) == [
-        "Failed to communicate with scheduler during heartbeat."
-    ]
-
-
-def test_a_reply_due_while_the_worker_did_not_run_is_waited_for_not_a_failure(
-    monkeypatch,
-) -> None:
-    """The process stops for longer than the reply's timeout (SIGSTOP, a hung node, the GIL
-    held): when it runs again the timeout has long passed, but the reply was never given a
-    chance. It gets the timeout again; no error is logged."""
-    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 1.0)
+def one_heartbeat(on_beat: Callable[[Callable[..., None]], Callable[..., None]]) -> list[str]:
+    """One heartbeat of a running worker to a scheduler whose beat handler is
+    ``on_beat(its own handler)``; what ``distributed.worker`` logged at WARNING and above.
+    The worker must still be running after it."""
 
     async def run() -> list[str]:
         shown: list[str] = []
@@ -141,25 +113,46 @@ def test_a_reply_due_while_the_worker_did_not_run_is_waited_for_not_a_failure(
         try:
             async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
                 heartbeats.serve(scheduler)
-                answer = scheduler.stream_handlers[heartbeats.BEAT]
-                stalled: list[float] = []
-
-                def stall_then_answer(**kwargs) -> None:
-                    if not stalled:  # the whole process stops, as under SIGSTOP
-                        stalled.append(3.0)
-                        time.sleep(3.0)
-                    answer(**kwargs)
-
-                scheduler.stream_handlers[heartbeats.BEAT] = stall_then_answer
+                handlers = scheduler.stream_handlers
+                handlers[heartbeats.BEAT] = on_beat(handlers[heartbeats.BEAT])
                 async with HpcWorker(scheduler.address, nthreads=1, host="127.0.0.1") as worker:
                     await until(lambda: worker.scheduler._offered.is_set())
                     await asyncio.wait_for(worker.heartbeat(), 30)
-                    assert stalled and worker.status.name == "running"
+                    assert worker.status.name == "running"
         finally:
             logging.getLogger("distributed.worker").removeHandler(handler)
         return shown
 
-    assert asyncio.run(asyncio.wait_for(run(), 60)) == []
+    return asyncio.run(asyncio.wait_for(run(), 60))
+
+
+def test_a_missing_reply_is_a_failed_heartbeat(monkeypatch) -> None:
+    """A reply that never comes fails like a broken RPC: Dask logs it and the worker runs on."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 0.3)
+    never_answer = lambda answer: lambda **kwargs: None  # noqa: E731
+    assert one_heartbeat(never_answer) == ["Failed to communicate with scheduler during heartbeat."]
+
+
+def test_a_reply_due_while_the_worker_did_not_run_is_waited_for_not_a_failure(
+    monkeypatch,
+) -> None:
+    """The process stops for longer than the reply's timeout (SIGSTOP, a hung node, the GIL
+    held): when it runs again the timeout has long passed, but the reply was never given a
+    chance. It gets the timeout again; no error is logged."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 1.0)
+    stalled: list[float] = []
+
+    def stall_then_answer(answer: Callable[..., None]) -> Callable[..., None]:
+        def beat(**kwargs) -> None:
+            if not stalled:  # the whole process stops 3 s, as under SIGSTOP
+                stalled.append(3.0)
+                time.sleep(3.0)
+            answer(**kwargs)
+
+        return beat
+
+    assert one_heartbeat(stall_then_answer) == []
+    assert stalled
 
 
 def test_an_offer_that_comes_late_moves_the_heartbeats_to_the_stream(monkeypatch) -> None:
