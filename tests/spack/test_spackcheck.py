@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dask_hpc_deploy import spackcheck
+from dask_hpc_deploy import spack_files, spack_sites
 from dask_hpc_deploy.spackcheck import SITE_ENVS, SpackCheckError, check
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,7 +88,7 @@ def test_every_build_target_has_an_environment() -> None:
 
 def test_pins_match_pyproject() -> None:
     """The one pin in common.yaml equals pyproject.toml's dask and distributed pins."""
-    py = spackcheck.pyproject_info(ROOT)
+    py = spack_files.pyproject_info(ROOT)
     common = yaml.safe_load((ROOT / "spack" / "common.yaml").read_text())
     req = common["packages"]["py-dask"]["require"][0]
     assert req.startswith(f"@{py['pins']['dask']} ")
@@ -105,8 +105,8 @@ def test_summit_is_power9_with_old_cuda() -> None:
 
 
 def test_recipes_parse_without_spack() -> None:
-    info = spackcheck.recipe_info(
-        spackcheck.our_repo(ROOT) / "packages" / "py_dask_hpc" / "package.py"
+    info = spack_files.recipe_info(
+        spack_files.our_repo(ROOT) / "packages" / "py_dask_hpc" / "package.py"
     )
     assert info["classes"] == {
         "PyDaskHpc": ["spack_repo.builtin.build_systems.python.PythonPackage"]
@@ -126,7 +126,7 @@ def test_recipes_parse_without_spack() -> None:
     ],
 )
 def test_spec_names(spec: str, names: list[str]) -> None:
-    assert spackcheck.spec_names(spec) == names
+    assert spack_files.spec_names(spec) == names
 
 
 @pytest.mark.parametrize(
@@ -141,14 +141,14 @@ def test_spec_names(spec: str, names: list[str]) -> None:
     ],
 )
 def test_spack_range_for(pip: str, spack: str | None) -> None:
-    assert spackcheck.spack_range_for(pip) == spack
+    assert spack_files.spack_range_for(pip) == spack
 
 
 def test_pypi_pins_match_pyproject() -> None:
     """Every NVIDIA site installs exactly pyproject.toml's cuda extra."""
-    want = spackcheck.pyproject_info(ROOT)["full"]["dask-cuda"]
+    want = spack_files.pyproject_info(ROOT)["full"]["dask-cuda"]
     assert want == "dask-cuda[cu12]==26.10.*"
-    for env in spackcheck.DASK_CUDA_ENVS:
+    for env in spack_sites.DASK_CUDA_ENVS:
         lines = [
             ln.split("#", 1)[0].strip()
             for ln in (ROOT / ENVS / env / "pypi.txt").read_text().splitlines()
@@ -237,7 +237,7 @@ def _dask_hpc_pinned(r: Path) -> None:
 
 def _recipe_class(r: Path) -> None:
     edit(
-        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        spack_files.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
         "class PyDaskHpc(",
         "class PyDaskHPC(",
     )
@@ -245,7 +245,7 @@ def _recipe_class(r: Path) -> None:
 
 def _recipe_dep_pin(r: Path) -> None:
     edit(
-        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        spack_files.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
         'depends_on("py-distributed@2026.7.1:2026.8")',
         'depends_on("py-distributed@2024.12.0:2026.8")',
     )
@@ -253,7 +253,7 @@ def _recipe_dep_pin(r: Path) -> None:
 
 def _recipe_missing_dep(r: Path) -> None:
     edit(
-        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        spack_files.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
         '        depends_on("py-psutil@5.9:")\n',
         "",
     )
@@ -261,7 +261,7 @@ def _recipe_missing_dep(r: Path) -> None:
 
 def _overlay_no_sha(r: Path) -> None:
     edit(
-        spackcheck.our_repo(r) / "packages" / "py_dask" / "package.py",
+        spack_files.our_repo(r) / "packages" / "py_dask" / "package.py",
         'version("2026.7.1", sha256="5727',
         'version("2026.7.2", sha256="5727',
     )
@@ -273,7 +273,7 @@ def _bokeh_range(r: Path) -> None:
 
 def _recipe_bokeh(r: Path) -> None:
     edit(
-        spackcheck.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
+        spack_files.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
         'depends_on("py-bokeh@3.1:3.9")',
         'depends_on("py-bokeh@3.1:3.10")',
     )
@@ -294,7 +294,7 @@ def _no_python_floor(r: Path) -> None:
 
 
 def _namespace(r: Path) -> None:
-    edit(spackcheck.our_repo(r) / "repo.yaml", "namespace: dask_hpc", "namespace: daskhpc")
+    edit(spack_files.our_repo(r) / "repo.yaml", "namespace: dask_hpc", "namespace: daskhpc")
 
 
 def _missing_env(r: Path) -> None:

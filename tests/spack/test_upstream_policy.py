@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from dask_hpc_deploy.spackcheck import check_upstream
+from dask_hpc_deploy.spack_upstream import check_upstream
 
 ROOT = Path(__file__).resolve().parents[2]
 GPU_ENVS = ["deepops", "frontier", "perlmutter", "polaris", "sophia", "summit", "thetagpu"]
