@@ -1,8 +1,8 @@
 """Measure what start-cluster does under faults, here, and print the reliability table.
 
-Runs tests/test_faults.py (real Open MPI, MPICH and Slurm; see docs/reliability.md) with
-``DASK_HPC_FAULT_LOG`` set: each test appends what it measured (seconds from the fault until
-every process of the test is gone). Prints a Markdown table: median (min-max) over the runs.
+Runs tests/test_faults.py and tests/test_node_loss.py (real Open MPI, MPICH, Slurm and Flux;
+see docs/reliability.md) with ``DASK_HPC_FAULT_LOG`` set: each test appends what it measured
+(seconds from the fault until every process of the test is gone). Prints a Markdown table: median (min-max) over the runs.
 
     python benchmarks/faults.py [--repeat N] [-k PYTEST_EXPRESSION]
 """
@@ -27,7 +27,7 @@ def run_tests(repeat: int, expression: str | None, log: Path) -> int:
     worst = 0
     for _ in range(repeat):
         argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-        argv += [str(REPO / "tests" / "test_faults.py")]
+        argv += [str(REPO / "tests" / name) for name in ("test_faults.py", "test_node_loss.py")]
         if expression:
             argv += ["-k", expression]
         env = {**os.environ, "DASK_HPC_FAULT_LOG": str(log)}

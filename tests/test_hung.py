@@ -19,13 +19,13 @@ from pathlib import Path
 
 import psutil
 import pytest
+from fault_support import DEATH_TIMEOUT, KEEP_RANKS, OPTS, all_gone, record, start_keeping_ranks
 from harness import mpi
 from harness.emulate import emulated_jsrun
 from harness.procs import run_cmd, tagged_pids
 from harness.waiting import wait_for
 from jobs.background import Background, rank_pids
 from support import start_cluster
-from test_faults import DEATH_TIMEOUT, KEEP_RANKS, OPTS, all_gone, record, start_keeping_ranks
 
 JOB = Path(__file__).resolve().parent / "jobs" / "hung_job.py"
 DEFAULT_HUNG_TIMEOUT = 30.0  # hpc.hung-timeout's default: what the launcher tests run with

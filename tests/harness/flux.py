@@ -31,7 +31,7 @@ from pathlib import Path
 
 import psutil
 
-from .procs import CmdResult, clean_daemon_env, run_cmd
+from .procs import CmdResult, clean_daemon_env, kill_tree, run_cmd
 from .waiting import WaitTimeout, wait_for
 
 CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
@@ -186,14 +186,7 @@ class FluxInstance:
     def kill_node(self, rank: int) -> list[int]:
         """SIGKILL broker ``rank`` and everything it started (job shells, tasks and theirs), as
         a node's death ends them; the pids killed."""
-        victim = psutil.Process(self.broker_pids()[rank])
-        procs = [victim, *victim.children(recursive=True)]
-        for proc in procs:
-            try:
-                proc.kill()
-            except psutil.NoSuchProcess:
-                pass
-        return [p.pid for p in procs]
+        return kill_tree(self.broker_pids()[rank])
 
     def _members(self) -> list[psutil.Process]:
         """Processes of the instance's session (flux start's, brokers', shells')."""

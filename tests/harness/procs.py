@@ -217,3 +217,17 @@ def kill_pids(pids: Sequence[int], timeout: float = 10.0) -> None:
         except ProcessLookupError:
             pass
     wait_for(lambda: not any(pid_alive(p) for p in pids), timeout, what=f"{list(pids)} to die")
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid`` and everything below it, as a node's death ends them; the pids killed."""
+    import psutil
+
+    victim = psutil.Process(pid)
+    procs = [victim, *victim.children(recursive=True)]
+    for proc in procs:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    return [p.pid for p in procs]
