@@ -9,7 +9,7 @@ Targets (each a fresh copy of a cached debootstrap tarball):
 - fresh: Debian 12, never converged: --check runs and refused runs, which must change nothing;
 - master and node: a stock DeepOps layout, converged together with no variables under ansible-core
   2.17 (DeepOps' pin) and DeepOps' ansible.cfg: master exports /sw (/etc/exports, as DeepOps'
-  nfs-server role leaves it) and the node mounts it, over sshfs (ansible_support.SshfsShare: no
+  nfs-server role leaves it) and the node mounts it, over sshfs (two_nodes.SshfsShare: no
   NFS in this kernel); master has one system group more (its gids differ from the node's);
 - noindex: Debian 12 whose pip names a package index nothing answers on.
 """
@@ -34,17 +34,13 @@ from ansible_support import (
     CACHE,
     TIMINGS,
     PlaybookRun,
-    SshfsShare,
     Target,
-    live_sysctls,
-    make_fake_apptainer_deb,
-    prepare_node,
     require_setup,
-    run_base,
     run_playbook,
-    sha256,
     write_inventory,
 )
+from node_support import live_sysctls, make_fake_apptainer_deb, prepare_node, run_base, sha256
+from two_nodes import SshfsShare
 
 NO_VARS = ("debian12", "ubuntu2204", "ubuntu2404")
 DEEPOPS = ("master", "node")  # converged together: ansible-core 2.17, DeepOps' ansible.cfg

@@ -2,7 +2,7 @@
 pin), DeepOps' ansible.cfg, an inventory of slurm-master[0] and one slurm-node, no variables.
 
 slurm-master[0] exports /sw (DeepOps' nfs_exports) and the node mounts it: over sshfs here (no
-NFS in this kernel; ansible_support.SshfsShare says what differs). The role must find /sw as
+NFS in this kernel; two_nodes.SshfsShare says what differs). The role must find /sw as
 the shared directory on both, accept the master's own export (a local disk there), give the
 group one id on both (the master has one system group more), and a cluster must span them."""
 
@@ -12,8 +12,10 @@ import json
 import re
 
 import pytest
-from ansible_support import PlaybookRun, deepops_example, run_on_node, warnings
+from ansible_support import PlaybookRun, warnings
 from conftest import DEEPOPS, Env
+from node_support import run_on_node
+from two_nodes import deepops_example
 
 pytestmark = [pytest.mark.ansible, pytest.mark.timeout(1500)]
 
@@ -77,6 +79,6 @@ def test_deepops_example_across_the_two_nodes(converged: Env) -> None:
     """DeepOps' example command lines with the scheduler on the master and a worker on the node:
     the worker finds the cluster through the scheduler files in the shared /sw/dask-hpc. As root:
     through sshfs every file is created by its one login (root), so a user's 0600 credentials
-    would not stay the user's; NFS keeps each caller's owner (ansible_support.SshfsShare)."""
+    would not stay the user's; NFS keeps each caller's owner (two_nodes.SshfsShare)."""
     master, node = (converged.targets[n].root for n in DEEPOPS)
     deepops_example(master, node, "root", "/sw/dask-hpc")

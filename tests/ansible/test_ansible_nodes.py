@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 import testinfra
-from ansible_support import deepops_example, live_sysctls, run_on_node, sha256
 from conftest import NO_VARS, Env
+from node_support import live_sysctls, run_on_node, sha256
+from two_nodes import deepops_example
 
 from dask_hpc.guard.import_path import BOOTSTRAP
 
