@@ -2,7 +2,8 @@
 
 Runs tests/test_faults.py and tests/test_node_loss.py (real Open MPI, MPICH, Slurm and Flux;
 see docs/reliability.md) with ``DASK_HPC_FAULT_LOG`` set: each test appends what it measured
-(seconds from the fault until every process of the test is gone). Prints a Markdown table: median (min-max) over the runs.
+(seconds from the fault until every process of the test is gone). Prints a Markdown table:
+median (min-max) over the runs.
 
     python benchmarks/faults.py [--repeat N] [-k PYTEST_EXPRESSION]
 """
