@@ -46,9 +46,10 @@ def test_a_p2p_shuffle_a_killed_worker_and_a_clean_end_show_only_their_lines(
     env = {k: v for k, v in cluster_env.items() if not k.startswith("SSH_")}
     argv = [*start_cluster(), "cpu", "2", *OPTS, "--", sys.executable, str(JOB)]
     result = run_cmd(argv, env=env, timeout=270)
+    line = next((x for x in result.stdout.splitlines() if x.startswith("TERMINAL ")), "")
+    out = json.loads(line[len("TERMINAL ") :] or "{}")
+    assert "missing_after_rechunk" not in out, (out, result.stderr)
     assert result.returncode == 0, result.stderr
-    line = next(x for x in result.stdout.splitlines() if x.startswith("TERMINAL "))
-    out = json.loads(line[len("TERMINAL ") :])
     assert out["sum"] == 2000 * 2000
     assert out["before"] == out["after"] == ["0-0", "0-1"]
     assert out["shuffle_warnings"] >= 1  # Dask's logger still says it, off the terminal
