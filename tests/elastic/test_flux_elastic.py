@@ -13,9 +13,11 @@ import pytest
 from distributed import wait
 from distributed.diagnostics.plugin import SchedulerPlugin
 from elastic_support import computed_twice, worker_names
+from harness.procs import cmdline, tagged_pids
 
 from dask_hpc.elastic.jobs import Job
 from dask_hpc.errors import UsageError
+from dask_hpc.running.rank import SIGNAL_BUDGET
 
 HPC_CLUSTER = [sys.executable, "-m", "dask_hpc.elastic"]
 
@@ -110,6 +112,29 @@ def test_a_computation_outlives_two_walltimes_with_no_key_lost(
         assert seen.wall(job.started_at) <= flux[job.name]["t_run"] + 0.5, (job.name, timeline)
     assert not [j for j in cluster.finished if not j.ever_connected]
     client.close()
+
+
+def test_a_job_cancelled_as_its_rank_starts_leaves_nothing_past_the_ranks_budget(
+    make_flux_cluster, elastic_flux, wait_for, test_tag
+) -> None:
+    """Close while a job's rank is still starting (no worker connected: close cancels the job
+    at once). This Flux (no cgroups) lists a cancelled job as ended while its tasks may still
+    stop, so what bounds the rank is its own SIGNAL_BUDGET (the harness's leak window is sized
+    by it). A CI run had a walltime replacement's rank alive 15 s after close; test_tracking
+    has the other way that could happen (a job taken as ended from a lagging listing)."""
+
+    def ranks() -> list[int]:
+        return [p for p in tagged_pids(test_tag) if " -m dask_hpc cpu " in cmdline(p)]
+
+    cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:10:00")
+    cluster.scale(jobs=1)
+    wait_for(ranks, 120, what="the job's rank to start")
+    assert not cluster.scheduler.workers
+    (job,) = cluster.jobs.values()
+    cluster.close()
+    assert elastic_flux.job(job.job_id)["result"] == "CANCELED"
+    assert elastic_flux.active_jobs() == []
+    wait_for(lambda: not ranks(), SIGNAL_BUDGET + 10, what="the cancelled rank's processes to end")
 
 
 class WorkerTimes(SchedulerPlugin):

@@ -227,7 +227,10 @@ class FluxInstance:
             raise RuntimeError(f"Flux instance processes left (killed now): {left}")
 
     def __enter__(self) -> FluxInstance:
-        return self.start()
+        # Started already (``with FluxInstance().start()``): a second ``flux start`` on the
+        # same directory would take over the URI file, and the first instance's brokers live
+        # on unwatched (tried: its "No service matching job-ingest.submit" for the first job)
+        return self if self.proc is not None else self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

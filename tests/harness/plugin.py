@@ -5,7 +5,7 @@ Load with ``pytest_plugins = ["harness.plugin"]`` in tests/conftest.py.
 
 Every test runs with ``DASK_HPC_TEST_TAG=<uuid>`` in ``os.environ`` (so every process it starts
 inherits it, through srun/sbatch/mpiexec too).  After the test the plugin waits up to
-``DASK_HPC_LEAK_TIMEOUT`` (15 s) for all processes carrying the tag to exit; leftovers are
+``DASK_HPC_LEAK_TIMEOUT`` (LEAK_TIMEOUT) for all processes carrying the tag to exit; leftovers are
 killed and the test FAILS naming them.  Slurm jobs still listed by the session cluster after a
 test, and Flux jobs still active in a watched Flux instance, are cancelled and fail the test
 too.
@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 
+from dask_hpc.running.rank import SIGNAL_BUDGET
+
 from .flux import FluxInstance
 from .procs import (
     TAG_VAR,
@@ -36,7 +38,13 @@ from .procs import (
 from .slurm import SlurmCluster
 from .waiting import wait_for as _wait_for
 
-LEAK_TIMEOUT = float(os.environ.get("DASK_HPC_LEAK_TIMEOUT", "15"))
+# A rank may take the product's SIGNAL_BUDGET (20 s) to stop after SIGTERM, and a test's end may
+# be what sent it: Slurm lists a job until its processes are gone, but this host's Flux (no
+# cgroups) lists a cancelled batch job as ended while its tasks still run (measured, flux-core
+# 0.88: CANCELED 5.2 s after `flux cancel`, its task that takes 20 s after SIGTERM gone at
+# 22.1 s). With 15 s, a Flux job cancelled as its cluster closed failed a CI run: its rank, still
+# starting, was within its budget. What outlives the budget (and the SIGKILL after it) is a leak.
+LEAK_TIMEOUT = float(os.environ.get("DASK_HPC_LEAK_TIMEOUT", SIGNAL_BUDGET + 10))
 
 _SESSION_CLUSTER: list[SlurmCluster] = []
 _FLUX: list[FluxInstance] = []

@@ -188,13 +188,15 @@ class JobCluster(Display, Cluster):
         if self.status == Status.closed:
             return
         self.status = Status.closing
-        with suppress(AttributeError):
-            self._adaptive.stop()
-        await self._reconciler.stop()
-        await self._job_control.stop()
-        await placement.close_scheduler(self)
-        await self._job_control.until_jobs_end()
-        await super()._close()
+        try:
+            with suppress(AttributeError):
+                self._adaptive.stop()
+            await self._reconciler.stop()
+            await self._job_control.stop()
+            await placement.close_scheduler(self)
+            await self._job_control.until_jobs_end()
+        finally:  # closed even if a step failed: a second close must not wait for it forever
+            await super()._close()
         if self._lock_fd is not None:  # ours (a failed attach leaves it for hpc-cluster down)
             shutil.rmtree(self.directory, ignore_errors=True)
             os.close(self._lock_fd)

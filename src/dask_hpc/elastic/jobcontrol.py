@@ -23,7 +23,7 @@ from distributed.core import Status
 from ..batch import script
 from ..errors import UsageError
 from ..guard.images import ImageError
-from . import naming, sizing
+from . import naming, sizing, tracking
 from .jobs import BatchClient, Job
 from .pools import Pool
 
@@ -65,6 +65,18 @@ class JobControl:
                 return
 
     # ------------------------------------------------------------------ ends and failures
+    async def read(
+        self, job: Job, listed: tuple[str, str] | None, now: float
+    ) -> tuple[str | None, str | None]:
+        """``tracking.read``; a job taken as ended only from its absence is cancelled before
+        the cluster forgets it (a no-op if it did end; if the listing only lagged, it would
+        run on unwatched, past its cluster's close)."""
+        category, reason = tracking.read(job, listed, self.batch.system, now)
+        if category == "ended" and listed is None and job.job_id:
+            with suppress(Exception):
+                await self.batch.cancel([job.job_id])
+        return category, reason
+
     def ended(self, job: Job) -> None:
         job.state = "ended"
         self.jobs.pop(job.name, None)
@@ -212,9 +224,10 @@ class JobControl:
                 return
             states = await self.batch.states([j.job_id for j in live])  # type: ignore[misc]
             if states is not None:
+                now = time.monotonic()
                 for job in live:
                     listed = states.get(job.job_id)  # type: ignore[arg-type]
-                    if listed is None or self.batch.system.category(listed[0]) == "ended":
-                        job.state = "ended"
+                    if (await self.read(job, listed, now))[0] == "ended":
+                        job.state = "ended"  # no failure counted: the cluster ends them
                         self.jobs.pop(job.name, None)
             await asyncio.sleep(0.5)

@@ -107,11 +107,8 @@ class Reconciler:
         now, last_asked, self._last_asked = time.monotonic(), self._last_asked, asked
         never = []
         for job in live:
-            category, reason = tracking.read(
-                job,
-                states.get(job.job_id),  # type: ignore[arg-type]
-                control.batch.system,
-            )
+            listed = states.get(job.job_id)  # type: ignore[arg-type]
+            category, reason = await control.read(job, listed, now)
             if reason is not None:
                 never.append((job, reason))
             if category == "ended":

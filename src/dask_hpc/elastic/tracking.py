@@ -8,14 +8,22 @@ from typing import Any
 from .jobs import Job
 
 MISSING_ROUNDS = 2  # reads in a row that do not list a job before it counts as ended
+# s after its submission that a job never listed yet may stay unlisted: Flux's job list (and
+# LSF's mbatchd) catch up with a new job asynchronously, later under load. With two reads
+# alone (1 s at the tests' poll interval) a just-submitted job could count as ended.
+NEVER_LISTED_GRACE = 30.0
 
 
-def read(job: Job, listed: tuple[str, str] | None, system: Any) -> tuple[str | None, str | None]:
-    """Update ``job`` from one status read (``listed``: (state, reason), None: not listed);
-    return its category and, for a queued job the batch system will never start, why."""
+def read(
+    job: Job, listed: tuple[str, str] | None, system: Any, now: float
+) -> tuple[str | None, str | None]:
+    """Update ``job`` from one status read at ``now`` (``listed``: (state, reason), None: not
+    listed); return its category and, for a queued job the batch system will never start, why.
+    An end read from the job's absence is "ended" too: the caller cancels it all the same."""
     if listed is None:
         job.missing += 1  # not listed yet (just submitted), or gone
-        return ("ended" if job.missing >= MISSING_ROUNDS else job.state), None
+        seen = bool(job.batch_state) or now - job.submitted_at >= NEVER_LISTED_GRACE
+        return ("ended" if seen and job.missing >= MISSING_ROUNDS else job.state), None
     job.missing = 0
     job.batch_state, reason = listed
     job.reason = reason
