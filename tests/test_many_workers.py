@@ -160,17 +160,18 @@ def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
 
 
 
-def test_root_tasks_without_queuing_stop_at_the_first_unbeatable_idle_worker(monkeypatch) -> None:
-    """``worker-saturation: inf``: Dask picks a worker for each share of a root task group by a
-    min over every idle worker (O(W) per pick, O(W^2) per group); ``IdleWorkers`` hands ``min``
-    the workers up to the first one nothing can beat. Real scheduler, 40 workers, the first two
-    in Dask's order holding data (not the least): every pick is the one Dask's min over all
-    idle workers gives, a pick costs a few objectives instead of up to 40, the result is right."""
-    import dask
-    from sortedcontainers import SortedDict
+SQUARES = sum(i * i for i in range(400))
 
-    async def run() -> dict:
-        config = {"distributed.scheduler.worker-saturation": float("inf")}
+
+def sum_on_40_workers(monkeypatch, patch, saturation: float | None = None) -> int:  # type: ignore[no-untyped-def]
+    """The sum of 400 squares (root tasks: more than twice the threads) on a real scheduler
+    with ``many_workers`` installed and 40 one-thread workers; ``await patch(scheduler,
+    client)`` runs once they are connected, and ``monkeypatch`` is undone before they close."""
+    import dask
+
+    config = {} if saturation is None else {"distributed.scheduler.worker-saturation": saturation}
+
+    async def run() -> int:
         with dask.config.set(config):
             async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as scheduler:
                 many_workers.install(scheduler)
@@ -178,41 +179,123 @@ def test_root_tasks_without_queuing_stop_at_the_first_unbeatable_idle_worker(mon
                            for _ in range(40)]  # fmt: skip
                 await asyncio.gather(*workers)
                 async with Client(scheduler.address, asynchronous=True) as client:
-                    holders = sorted(scheduler.workers)[:2]
-                    held = [client.submit(bytes, 1000, workers=[a], pure=False) for a in holders]
-                    await client.gather(held)
-                    objective, decide = (scheduler.worker_objective,
-                                         scheduler.decide_worker_rootish_queuing_disabled)
-                    seen = {"calls": 0, "picks": 0, "wrong": []}
-
-                    def counting(ts, ws):  # type: ignore[no-untyped-def]
-                        seen["calls"] += 1
-                        return objective(ts, ws)
-
-                    def checked(ts):  # type: ignore[no-untyped-def]
-                        lws, group = ts.group.last_worker, ts.group
-                        reuse = (lws and group.last_worker_tasks_left
-                                 and scheduler.workers.get(lws.address) is lws)
-                        pool = list(SortedDict.values(scheduler.idle)) or scheduler.running
-                        dasks = min(pool, key=lambda ws: objective(ts, ws))
-                        ws = decide(ts)
-                        if not reuse:
-                            seen["picks"] += 1
-                            if ws is not dasks:
-                                seen["wrong"].append((ws, dasks))
-                        return ws
-
-                    monkeypatch.setattr(scheduler, "worker_objective", counting)
-                    monkeypatch.setattr(scheduler, "decide_worker_rootish_queuing_disabled",
-                                        checked)  # fmt: skip
+                    await patch(scheduler, client)
                     futures = client.map(lambda i: i * i, range(400), pure=False)
                     total = await client.submit(sum, futures)
                     monkeypatch.undo()
                 await asyncio.gather(*(w.close() for w in workers))
-                return {"total": total, **seen}
+                return total
 
-    seen = asyncio.run(asyncio.wait_for(run(), 120))
-    assert seen["total"] == sum(i * i for i in range(400))
+    return asyncio.run(asyncio.wait_for(run(), 120))
+
+
+def test_root_tasks_without_queuing_stop_at_the_first_unbeatable_idle_worker(monkeypatch) -> None:
+    """``worker-saturation: inf``: Dask picks a worker for each share of a root task group by a
+    min over every idle worker (O(W) per pick, O(W^2) per group); ``IdleWorkers`` hands ``min``
+    the workers up to the first one nothing can beat. Real scheduler, 40 workers, the first two
+    in Dask's order holding data (not the least): every pick is the one Dask's min over all
+    idle workers gives, a pick costs a few objectives instead of up to 40, the result is right."""
+    from sortedcontainers import SortedDict
+
+    seen = {"calls": 0, "picks": 0, "wrong": []}
+
+    async def patch(scheduler, client) -> None:  # type: ignore[no-untyped-def]
+        holders = sorted(scheduler.workers)[:2]
+        await client.gather([client.submit(bytes, 1000, workers=[a], pure=False)
+                             for a in holders])  # fmt: skip
+        objective = scheduler.worker_objective
+        decide = scheduler.decide_worker_rootish_queuing_disabled
+
+        def counting(ts, ws):  # type: ignore[no-untyped-def]
+            seen["calls"] += 1
+            return objective(ts, ws)
+
+        def checked(ts):  # type: ignore[no-untyped-def]
+            lws, group = ts.group.last_worker, ts.group
+            reuse = (lws and group.last_worker_tasks_left
+                     and scheduler.workers.get(lws.address) is lws)  # fmt: skip
+            pool = list(SortedDict.values(scheduler.idle)) or scheduler.running
+            dasks = min(pool, key=lambda ws: objective(ts, ws))
+            ws = decide(ts)
+            if not reuse:
+                seen["picks"] += 1
+                if ws is not dasks:
+                    seen["wrong"].append((ws, dasks))
+            return ws
+
+        monkeypatch.setattr(scheduler, "worker_objective", counting)
+        monkeypatch.setattr(scheduler, "decide_worker_rootish_queuing_disabled", checked)
+
+    assert sum_on_40_workers(monkeypatch, patch, saturation=float("inf")) == SQUARES
     assert seen["wrong"] == []
     assert seen["picks"] >= 30  # 400 tasks in shares of 10 over 40 workers
     assert seen["calls"] <= 8 * seen["picks"], seen  # Dask alone: up to 40 per pick
+
+
+def test_root_tasks_with_queuing_get_a_least_loaded_worker_without_a_scan(monkeypatch) -> None:
+    """Queuing (Dask's default): Dask picks a worker for each root-ish task by a min over every
+    free worker (O(W) per task); ``IdleTaskCount`` keeps them by load and hands ``min`` one of
+    the least loaded. Real scheduler, 40 one-thread workers (two slots each), 400 tasks
+    (root-ish: more than twice the threads): every pick has the load Dask's min over all free
+    workers gives, none is made by a scan, the result is right."""
+    from distributed.scheduler import SchedulerState
+
+    seen = {"least": 0, "picks": 0, "scanned": 0, "wrong": []}
+    decide = SchedulerState.decide_worker_rootish_queuing_enabled
+    least = many_workers.IdleTaskCount.least
+
+    def load(ws):  # type: ignore[no-untyped-def]
+        return len(ws.processing) / ws.nthreads
+
+    def counting(self):  # type: ignore[no-untyped-def]
+        seen["least"] += 1
+        return least(self)
+
+    def checked(self):  # type: ignore[no-untyped-def]
+        free = list(set.__iter__(self.idle_task_count))
+        dasks = min(free, key=load, default=None)
+        ws = decide(self)  # Dask's own code: its min goes over IdleTaskCount
+        seen["picks"] += ws is not None
+        seen["scanned"] += len(free)
+        if (ws is None) != (dasks is None) or ws and load(ws) != load(dasks):
+            seen["wrong"].append((ws, dasks))
+        return ws
+
+    async def patch(scheduler, client) -> None:  # type: ignore[no-untyped-def]
+        monkeypatch.setattr(many_workers.IdleTaskCount, "least", counting)
+        monkeypatch.setattr(SchedulerState, "decide_worker_rootish_queuing_enabled", checked)
+
+    assert sum_on_40_workers(monkeypatch, patch) == SQUARES
+    assert seen["wrong"] == []
+    assert seen["picks"] >= 400  # every task went through the queue's pick
+    assert seen["least"] >= seen["picks"]  # each handed one worker: Dask's min saw...
+    assert seen["scanned"] >= 5 * seen["picks"], seen  # ...every free worker, 5+ per pick
+
+
+def test_free_workers_are_kept_by_load_as_their_tasks_change() -> None:
+    """``IdleTaskCount``'s buckets follow Dask's adds and discards, and a load that changed
+    unseen is noticed at the pick."""
+    class Worker:  # what the pick reads of Dask's WorkerState; hashed by identity as it is
+        def __init__(self, tasks: int, threads: int) -> None:
+            self.processing, self.nthreads = dict.fromkeys(range(tasks)), threads
+
+    def worker(tasks: int, threads: int = 1) -> Worker:
+        return Worker(tasks, threads)
+
+    free = many_workers.IdleTaskCount()
+    assert free.least() is None
+    a, b, c = worker(1), worker(1), worker(2, threads=4)
+    for ws in (a, b, c):
+        free.add(ws)
+    assert free.least() is c  # 0.5 a thread
+    c.processing.update(dict.fromkeys(range(2, 8)))  # 2 a thread, unseen by add
+    assert free.least() is a  # the first of the two at 1
+    a.processing.clear()
+    free.add(a)  # as check_idle_saturated does after a task ends
+    assert free.least() is a
+    free.discard(a)
+    assert free.least() is b
+    free.remove(b)
+    assert free.least() is c and len(free) == 1
+    free.discard(c)
+    assert free.least() is None and not free._by_load and not free._load_of

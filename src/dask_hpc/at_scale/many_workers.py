@@ -7,7 +7,8 @@ nothing a Dask user sees: the same warnings, the same state, less work per worke
   distinct set of package versions, not with every connected worker.
 - At the cluster's end, removing a worker does not go over every remaining worker.
 - Root tasks placed without queuing (``worker-saturation: inf``) stop looking for a worker at
-  the first idle one that no other can beat.
+  the first idle one that no other can beat; with queuing (Dask's default), the least loaded
+  free worker is kept at hand.
 - Python's full garbage collections leave the scheduler's long-lived objects alone.
 
 Measured (benchmarks.scale at 10,000 workers, docs/scale.md): the version check and the
@@ -82,6 +83,8 @@ _VERSION_CHECKS = frozenset(
 )
 # Where Dask places a root-ish task without queuing: ``min(self.idle.values(), key=objective)``.
 _ROOTISH_NO_QUEUING = inspect.unwrap(Scheduler.decide_worker_rootish_queuing_disabled).__code__
+# Where Dask places a root-ish task with queuing: ``min(self.idle_task_count, key=...)``.
+_ROOTISH_QUEUING = inspect.unwrap(Scheduler.decide_worker_rootish_queuing_enabled).__code__
 # Where Dask goes over every remaining worker for each one removed (``for w in self.workers``):
 # to drop the pair's bandwidth estimates, and to send each a ``remove-worker`` message.
 _REMOVE_WORKER = inspect.unwrap(Scheduler.remove_worker).__code__
@@ -159,6 +162,85 @@ class IdleWorkers(SortedDict):
                 return
 
 
+class IdleTaskCount(set):
+    """``scheduler.idle_task_count`` (Dask's set of the workers with a task slot free), which
+    also keeps its workers by load (tasks processing / threads, the key of Dask's pick): at
+    Dask's placement of a root-ish task with queuing, ``min`` is handed one least-loaded
+    worker instead of every free one.
+
+    With queuing (``worker-saturation`` 1.1, Dask's default) a group of more tasks than twice
+    the cluster's threads is root-ish: each task goes to ``min(idle_task_count, key=load)``,
+    O(W) per task, O(W^2) while a turn fills W free workers (a one-thread worker has two
+    slots, so every worker is free twice). Measured at 10,000 simulated workers on 16 cores
+    (benchmarks.scale.faults, 50,000 one-second tasks, 2026-11-28): 516 of the computation's
+    560 samples of a late scheduler loop were in that key. benchmarks/queuing_pick.py, Dask's
+    own pick filling 10,000 free workers: 25.1 s in one turn, 0.17 s with this. Dask keeps the
+    set in step with each worker's load (``check_idle_saturated`` adds a free worker after
+    every change of its tasks), which is when its bucket is updated; a worker whose load
+    changed without it is moved when met. The pick has the least load there is, as Dask's;
+    among equals, the one at that load longest (Dask's: the set's order).
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._load_of: dict[Any, float] = {}  # worker -> the load it is kept under
+        self._by_load: dict[float, dict[Any, None]] = {}  # load -> its workers, in order
+
+    def add(self, ws: Any) -> None:
+        super().add(ws)
+        self._file(ws)
+
+    def discard(self, ws: Any) -> None:
+        super().discard(ws)
+        self._unfile(ws)
+
+    def remove(self, ws: Any) -> None:
+        super().remove(ws)
+        self._unfile(ws)
+
+    def __iter__(self) -> Any:
+        if sys._getframe(1).f_code is _ROOTISH_QUEUING:
+            least = self.least()
+            return iter(() if least is None else (least,))
+        return super().__iter__()
+
+    def least(self) -> Any:
+        """A free worker with the least load (None if there is none)."""
+        while self._by_load:
+            load = min(self._by_load)
+            for ws in self._by_load[load]:
+                if ws not in self:  # removed other than by discard (copy, clear): drop it
+                    self._unfile(ws)
+                elif _load(ws) != load:  # its load changed unseen: file it anew
+                    self._file(ws)
+                else:
+                    return ws
+                break  # the dictionary changed: look again
+        return None
+
+    def _file(self, ws: Any) -> None:
+        load = _load(ws)
+        if self._load_of.get(ws) == load:
+            return
+        self._unfile(ws)
+        self._load_of[ws] = load
+        self._by_load.setdefault(load, {})[ws] = None
+
+    def _unfile(self, ws: Any) -> None:
+        load = self._load_of.pop(ws, None)
+        if load is not None:
+            bucket = self._by_load[load]
+            del bucket[ws]
+            if not bucket:
+                del self._by_load[load]
+
+
+def _load(ws: Any) -> float:
+    """Dask's key for the pick: tasks processing per thread (a worker without threads last:
+    Dask's key would divide by zero at the pick, this is read at every add)."""
+    return len(ws.processing) / ws.nthreads if ws.nthreads else float("inf")
+
+
 class _LongLivedOutOfGC(SchedulerPlugin):
     """Keeps the scheduler's long-lived objects out of Python's full garbage collections.
 
@@ -217,6 +299,8 @@ def install(scheduler: Scheduler) -> _DistinctVersions:
     idle = IdleWorkers()
     idle.scheduler = scheduler
     scheduler.idle = idle
+    assert not scheduler.idle_task_count, "before any worker joins"
+    scheduler.idle_task_count = IdleTaskCount()
     scheduler.add_plugin(distinct)
     scheduler.add_plugin(_LongLivedOutOfGC())
     return distinct
