@@ -365,3 +365,15 @@ def test_the_graph_ingest_benchmark_prints_its_table(run_cmd, cluster_env) -> No
     for cell in (queuing, inf):
         cpu, per_task = cell.strip().split("; ")
         assert float(cpu) > 0 and int(per_task) > 0, rows[0]
+
+
+def test_the_queuing_pick_benchmark_prints_its_table(run_cmd, cluster_env) -> None:
+    """python -m benchmarks.queuing_pick (docs/scale.md) at small sizes: a row per W, Dask's
+    own pick through a plain set and through IdleTaskCount, every slot filled by both."""
+    argv = [*BENCH, "benchmarks.queuing_pick", "--workers", "50", "200"]
+    result = run_cmd(argv, env=cluster_env, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines()
+            if line.startswith(("| 50 |", "| 200 |"))]  # fmt: skip
+    assert [(w.strip(), picks.strip()) for w, picks, *_ in rows] == [("50", "100"), ("200", "400")]
+    assert all(float(dask) > 0 and float(ours) > 0 for _, _, dask, ours, _ in rows), rows
