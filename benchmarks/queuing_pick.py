@@ -66,7 +66,9 @@ def main() -> None:
         dask, most = fill(n, set())
         ours, most_ours = fill(n, IdleTaskCount())
         assert most == most_ours == 2
-        print(f"| {n:,} | {2 * n:,} | {dask:.3f} | {ours:.4f} | {dask / ours:.0f}x |")
+        # Four significant digits, whatever the size: a fixed number of decimals printed a
+        # measured 0.0004 s as 0.000 (issue 47).
+        print(f"| {n:,} | {2 * n:,} | {dask:.4g} | {ours:.4g} | {dask / ours:.3g}x |")
 
 
 if __name__ == "__main__":

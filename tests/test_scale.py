@@ -376,4 +376,9 @@ def test_the_queuing_pick_benchmark_prints_its_table(run_cmd, cluster_env) -> No
     rows = [line.split("|")[1:-1] for line in result.stdout.splitlines()
             if line.startswith(("| 50 |", "| 200 |"))]  # fmt: skip
     assert [(w.strip(), picks.strip()) for w, picks, *_ in rows] == [("50", "100"), ("200", "400")]
-    assert all(float(dask) > 0 and float(ours) > 0 for _, _, dask, ours, _ in rows), rows
+    # Structure, never a rounded value: each time a positive number as measured, the speed-up
+    # their ratio as printed (4 and 3 significant digits).
+    for _, _, dask, ours, ratio in rows:
+        assert float(dask) > 0 and float(ours) > 0, rows
+        speed_up = float(dask) / float(ours)
+        assert float(ratio.strip().rstrip("x")) == pytest.approx(speed_up, rel=0.01)
