@@ -68,9 +68,9 @@ def assert_tokens_left_out(stderr: str, links: dict[str, str]) -> None:
 
     for name, url in links.items():
         token = re.search(r"token=([\w-]+)", url)
-        assert token, url
-        assert token.group(1) not in stderr, f"the {name} token was printed"
+        assert token is None or token.group(1) not in stderr, f"the {name} token was printed"
         assert re.search(rf"{name} +{re.escape(without_token(url))}\n", stderr), stderr
+    assert "token=" not in stderr, stderr
     assert "hpc-cluster links" in stderr, stderr
 
 

@@ -14,6 +14,8 @@ import pytest
 from jobs.background import Background
 from support import assert_tokens_left_out, cluster_links, start_cluster
 
+from dask_hpc.guard.links import without_token
+
 CHECK = Path(__file__).resolve().parent / "jobs" / "dashboard_check.py"
 
 
@@ -51,7 +53,9 @@ def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
     )
     assert check.returncode == 0, check.stderr
     out = dashboard_result(check.stdout)
-    assert out["link"] == links["dashboard"]  # client.dashboard_link is `links`'s link
+    assert out["link"] == links["dashboard"]
+    # what a notebook shows (client.dashboard_link) carries no secret: the link without token
+    assert out["plain"] == without_token(links["dashboard"]) and "token" not in out["plain"]
     assert set(out["stranger"].values()) == {403}, out["stranger"]
     assert out["wrong_token"] == 403
     code, location, cookie = out["with_token"]

@@ -1,6 +1,7 @@
 """dask-hpc: GPU-enabled Dask clusters on supercomputers, under any HPC launcher."""
 
-from __future__ import annotations
+# No `from __future__` here: this runs before dask_hpc.entry cleans the search paths, and
+# __future__ is a module on sys.path (not frozen) like any other.
 
 try:  # written by setuptools-scm from the git tag when the package is built or installed
     from ._version import __version__
@@ -27,7 +28,9 @@ def connect(scheduler_file: str, **kwargs):  # type: ignore[no-untyped-def]
     -------
     distributed.Client
         Connected over mutual TLS 1.3 (or plain TCP for a ``--no-tls`` cluster); its
-        ``dashboard_link`` carries the dashboard's token.
+        ``dashboard_link`` has no token (its repr lands in notebooks, files others may
+        read): open the link ``hpc-cluster links SCHEDULER_FILE`` prints once, and the
+        browser keeps the token as a cookie.
 
     Raises
     ------

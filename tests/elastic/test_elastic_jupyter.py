@@ -1,6 +1,6 @@
 """HPCCluster in Jupyter: its widget and HTML repr from a real kernel, and behind JupyterHub
 (``JUPYTERHUB_SERVICE_PREFIX``) a dashboard link that works through jupyter-server-proxy,
-token included, on a real Jupyter server."""
+on a real Jupyter server; the repr's link carries no token."""
 
 from __future__ import annotations
 
@@ -49,7 +49,8 @@ def test_widget_and_repr_in_a_kernel(elastic_env, monkeypatch, tmp_path: Path) -
     html = data["text/html"]
     assert "HPCCluster" in html and "Batch system: slurm" in html
     assert "<td style='text-align: left'>cpu</td>" in html  # the pools' table
-    assert "/status?token=" in html  # the dashboard link, with its token
+    # the dashboard link, without its token: the saved notebook is a file others may read
+    assert re.search(r"http://127\.0\.0\.1:\d+/status\b", html) and "token=" not in html
     assert "jobs=1" in data["text/plain"]
 
 
@@ -76,9 +77,10 @@ def test_dashboard_link_through_jupyterhub_proxy(
     prefix = "/user/alice/"
     monkeypatch.setenv("JUPYTERHUB_SERVICE_PREFIX", prefix)
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
-    link = cluster.dashboard_link
+    link = cluster.dashboard_login
     port = cluster.info.dashboard_port
     assert link.startswith(f"{prefix}proxy/127.0.0.1:{port}/status?token="), link
+    assert cluster.dashboard_link == link.split("?")[0]  # the widget's: no token
 
     token = "jupyter-token-of-alice"
     log = tmp_path / "jupyter.log"

@@ -31,8 +31,8 @@ def test_the_scheduler_runs_in_a_job_of_its_own(make_cluster, elastic_slurm, wai
     assert cluster.scheduler is None and cluster.scheduler_address.startswith("tls://")
     with pytest.raises((OSError, TimeoutError)):  # another CA's certificate is refused
         Client(cluster.scheduler_address, security=Security.temporary(), timeout=3)
-    link = cluster.dashboard_link
-    assert "token=" in link
+    link = cluster.dashboard_login
+    assert "token=" in link and "token" not in cluster.dashboard_link  # the repr's has none
     assert http_status(link) == 200
     assert http_status(link.split("?")[0]) == 403
 
@@ -52,7 +52,8 @@ def test_the_scheduler_runs_in_a_job_of_its_own(make_cluster, elastic_slurm, wai
 
 def test_the_dashboard_of_an_in_process_scheduler_asks_for_its_token(make_cluster) -> None:
     cluster = make_cluster("cpu", workers_per_node=1, walltime="00:10:00")
-    link = cluster.dashboard_link
+    link = cluster.dashboard_login
     assert link.startswith("http://127.0.0.1:") and "/status?token=" in link
+    assert cluster.dashboard_link == link.split("?")[0]  # what the widget and repr show
     assert http_status(link) == 200
     assert http_status(link.split("?")[0]) == 403

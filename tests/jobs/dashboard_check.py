@@ -2,7 +2,8 @@
 
     python dashboard_check.py SCHEDULER_FILE [SCREENSHOT.png]
 
-The owner's link comes from ``dask_hpc.connect(SCHEDULER_FILE).dashboard_link``; a stranger
+The owner's link (token included) comes from ``hpc-cluster links``'s reading of SCHEDULER_FILE;
+``dask_hpc.connect(SCHEDULER_FILE).dashboard_link`` (what a notebook shows) has none. A stranger
 is any request without the token. With SCREENSHOT, a real headless Chromium (through
 Playwright) opens the owner's link and saves the status page.
 """
@@ -11,9 +12,11 @@ import json
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from dask_hpc import connect
+from dask_hpc.guard.links import links
 
 ROUTES = [
     "/status",
@@ -58,11 +61,11 @@ def screenshot(link: str, path: str) -> dict:
 
 def main() -> int:
     client = connect(sys.argv[1])
-    link = client.dashboard_link
+    link = links(Path(sys.argv[1]))["dashboard"]
     parts = urlsplit(link)
     base = f"http://127.0.0.1:{parts.port}"
     token = parts.query.removeprefix("token=")
-    result: dict = {"link": link}
+    result: dict = {"link": link, "plain": client.dashboard_link}
     result["stranger"] = {route: get(base + route)[0] for route in ROUTES}
     result["wrong_token"] = get(f"{base}/status?token={token[:-2]}xx")[0]
     code, headers, _ = get(f"{base}/status?token={token}")

@@ -192,7 +192,7 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
             cluster.scale(jobs=args.jobs)
         say(f"cluster {cluster.cluster_id} up: scheduler file {link or cluster.scheduler_file}")
         whole = private_stream()
-        say(f"dashboard: {shown(cluster.dashboard_link, whole)}")
+        say(f"dashboard: {shown(cluster.dashboard_login, whole)}")
         if not whole:
             say(hint(link or cluster.scheduler_file))
         if not command:

@@ -1,4 +1,4 @@
-"""What a person sees of an HPCCluster: its dashboard link (token included; behind JupyterHub,
+"""What a person sees of an HPCCluster: its dashboard link (without its token; behind JupyterHub,
 through jupyter-server-proxy), a status table per pool, the Jupyter repr built on Dask's, and
 the one-line messages it prints (kept in the cluster's logs too)."""
 
@@ -42,7 +42,17 @@ class Display:
 
     @property
     def dashboard_link(self) -> str:
-        """The dashboard with its token; behind JupyterHub, through jupyter-server-proxy."""
+        """The dashboard without its token (the widget and the repr land in notebooks, files
+        others may read): :attr:`dashboard_login` once, and the browser holds the token."""
+        return self._dashboard(with_token=False)
+
+    @property
+    def dashboard_login(self) -> str:
+        """The dashboard with its token: for a terminal or the owner's own eyes only."""
+        return self._dashboard(with_token=True)
+
+    def _dashboard(self, with_token: bool) -> str:
+        """Behind JupyterHub, through jupyter-server-proxy."""
         if self.info is None or not self.info.dashboard_port:
             return ""
         port = self.info.dashboard_port
@@ -53,7 +63,7 @@ class Display:
                 link = format_dashboard_link(host, f"{host}:{port}")
         else:
             link = format_dashboard_link(host, port)
-        token = self.info.dashboard_token
+        token = self.info.dashboard_token if with_token else None
         return f"{link}{'&' if '?' in link else '?'}token={token}" if token else link
 
     def status_table(self) -> list[dict[str, Any]]:

@@ -77,23 +77,34 @@ class SchedulerInfo:
 
     @property
     def dashboard_link(self) -> str | None:
-        """The dashboard as the owner opens it: on the scheduler's node, or through the tunnel.
+        """The dashboard as the owner opens it first (its token included: printed only to a
+        terminal and by ``hpc-cluster links``): on the scheduler's node, or through the tunnel.
 
         The dashboard listens on the node's loopback, so the scheduler's own address (what
         ``client.dashboard_link`` would show by default) has nothing listening. The address is
         written out: ``localhost`` may resolve to ``::1`` first (Debian's, Ubuntu's and RHEL's
         /etc/hosts), where any user of the node can listen on the same port.
         """
+        plain = self.plain_dashboard_link
+        if plain is None or not self.dashboard_token:
+            return plain
+        return f"{plain}?token={self.dashboard_token}"
+
+    @property
+    def plain_dashboard_link(self) -> str | None:
+        """The dashboard's link without its token: what a notebook, a repr or COMMAND's log
+        shows (a saved notebook is a file others may read). The browser that opened
+        :attr:`dashboard_link` once holds the token as a cookie, so this one opens there."""
         if not self.dashboard_port:
             return None
-        token = f"?token={self.dashboard_token}" if self.dashboard_token else ""
-        return f"http://{link_host(self.dashboard_host)}:{self.dashboard_port}/status{token}"
+        return f"http://{link_host(self.dashboard_host)}:{self.dashboard_port}/status"
 
     def client_env(self) -> dict[str, str]:
-        """Environment in which a bare ``distributed.Client()`` connects to this cluster."""
+        """Environment in which a bare ``distributed.Client()`` connects to this cluster
+        (COMMAND's, JupyterLab's kernels'): no token in it (see :attr:`plain_dashboard_link`)."""
         env = {"DASK_SCHEDULER_ADDRESS": config.env_value(self.address)}
-        if self.dashboard_link:
-            env["DASK_DISTRIBUTED__DASHBOARD__LINK"] = config.env_value(self.dashboard_link)
+        if self.plain_dashboard_link:
+            env["DASK_DISTRIBUTED__DASHBOARD__LINK"] = config.env_value(self.plain_dashboard_link)
         if self.tls:
             env.update(tls_env(self.tls))
         return env
@@ -170,13 +181,13 @@ def connect(scheduler_file: str | os.PathLike[str], **kwargs: Any) -> Any:
             ),
         )
     client = _cluster_client_class()(info.address, **kwargs)
-    client.cluster_dashboard_link = info.dashboard_link
+    client.cluster_dashboard_link = info.plain_dashboard_link  # its repr lands in notebooks
     return client
 
 
 @functools.cache
 def _cluster_client_class() -> type:
-    """Dask's ``Client``, whose ``dashboard_link`` is its own cluster's (token included).
+    """Dask's ``Client``, whose ``dashboard_link`` is its own cluster's (without the token).
 
     Not through ``distributed.dashboard.link``: that setting is the whole process's, and a
     second cluster (another ``connect``, an ``HPCCluster``) showed the first one's link.
