@@ -268,14 +268,14 @@ def _overlay_no_sha(r: Path) -> None:
 
 
 def _bokeh_range(r: Path) -> None:
-    edit(r / "spack" / "common.yaml", "require: ['@3.1:3.9']", "require: ['@3.1:']")
+    edit(r / "spack" / "common.yaml", "require: ['@3.8.2:3.9']", "require: ['@3.8.2:']")
 
 
 def _recipe_bokeh(r: Path) -> None:
     edit(
         spack_files.our_repo(r) / "packages" / "py_dask_hpc" / "package.py",
-        'depends_on("py-bokeh@3.1:3.9")',
-        'depends_on("py-bokeh@3.1:3.10")',
+        'depends_on("py-bokeh@3.8.2:3.9")',
+        'depends_on("py-bokeh@3.8.2:3.10")',
     )
 
 
@@ -343,8 +343,9 @@ def _broken_yaml(r: Path) -> None:
         ),
         (_recipe_missing_dep, "no depends_on('py-psutil...')"),
         (_overlay_no_sha, "py_dask recipe: no version('2026.7.1'"),
-        (_bokeh_range, "bokeh range ['3.1:'], pyproject.toml's bokeh>=3.1,<3.10 is @3.1:3.9"),
-        (_recipe_bokeh, "depends_on('py-bokeh@3.1:3.10'): bokeh range ['3.1:3.10']"),
+        (_bokeh_range,
+         "bokeh range ['3.8.2:'], pyproject.toml's bokeh>=3.8.2,<3.10 is @3.8.2:3.9"),
+        (_recipe_bokeh, "depends_on('py-bokeh@3.8.2:3.10'): bokeh range ['3.8.2:3.10']"),
         (_dask_cuda_line, "differs from pyproject.toml's 'dask-cuda[cu12]==26.10.*'"),
         (_stale_pypi_file, "pypi-nodeps.txt: not a PyPI file the image build installs"),
         (_no_python_floor, "dask-cuda needs python@3.11:"),

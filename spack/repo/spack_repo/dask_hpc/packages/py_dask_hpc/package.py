@@ -17,7 +17,7 @@ class PyDaskHpc(PythonPackage):
 
     variant("jupyter", default=False, description="Install JupyterLab for notebooks")
 
-    depends_on("python@3.10:", type=("build", "run"))
+    depends_on("python@3.11:", type=("build", "run"))  # pyproject's requires-python
     depends_on("py-setuptools@68:", type="build")
     depends_on("py-setuptools-scm@8:", type="build")
 
@@ -26,11 +26,16 @@ class PyDaskHpc(PythonPackage):
     with default_args(type=("build", "run")):
         depends_on("py-dask@2026.7.1:2026.8 +distributed")
         depends_on("py-distributed@2026.7.1:2026.8")
-        depends_on("py-bokeh@3.1:3.9")
-        depends_on("py-cryptography@41:")
+        # the floors leave out every release with a known advisory (deploy/advisories.yaml);
+        # tornado 6.6 needs Python 3.11 (pyproject.toml's 3.10 line has no Spack counterpart)
+        depends_on("py-bokeh@3.8.2:3.9")
+        depends_on("py-tornado@6.6:")
+        depends_on("py-cryptography@50:")
         depends_on("py-psutil@5.9:")
         depends_on("py-pyyaml@6:")
-        depends_on("py-jupyterlab@4:", when="+jupyter")
+        depends_on("py-jupyterlab@4.6.4:", when="+jupyter")
+        depends_on("py-jupyter-server@2.20.0:", when="+jupyter")
+        depends_on("py-jupyter-server-proxy@4.2.0:", when="+jupyter")
 
     def setup_build_environment(self, env):
         # The source tree is copied without .git: setuptools-scm takes the version from here,

@@ -1,0 +1,17 @@
+# dask-hpc's overlay of Spack's builtin py-jupyterlab: adds the release without a known
+# advisory (deploy/advisories.yaml; builtin stops at 4.5.8). py-dask-hpc +jupyter needs it.
+# Everything else is inherited from builtin.
+
+from spack.package import *
+from spack_repo.builtin.packages.py_jupyterlab.package import (
+    PyJupyterlab as BuiltinPyJupyterlab,
+)
+
+
+class PyJupyterlab(BuiltinPyJupyterlab):
+    """JupyterLab at a release outside every advisory of deploy/advisories.yaml."""
+
+    version("4.6.4", sha256="404f49b081819378524886c9db66dba57a5565981eff885830df1baba3a17df5")
+
+    # jupyterlab 4.6's own requirement (its wheel's metadata: jupyter-server>=2.19.0,<3)
+    depends_on("py-jupyter-server@2.20:2", when="@4.6:", type=("build", "run"))
