@@ -10,22 +10,32 @@ too (for scrapers). Anything else gets 403.
 
 Dask's HTTP server is tornado's; the gate sits in front of its request routing
 (``HTTPServer.request_callback``) rather than in each of Dask's and Bokeh's handlers.
+
+The gate reads what anyone sends, in the scheduler's event loop, so it parses it in linear
+time and looks at a bounded part of it: the Cookie header is split here (``;``, then the
+first ``=``), not by ``http.cookies`` (quadratic before CPython 3.11.10: CVE-2024-7592, one
+62 KB request stalled the scheduler for 11 s); tokens are compared as bytes (``hmac``
+raises on non-ASCII text); a target ``urlsplit`` refuses is refused. Tornado bounds the
+request's head (64 KiB) before the gate sees it.
 """
 
 from __future__ import annotations
 
 import hmac
 import secrets
-from http.cookies import CookieError, SimpleCookie
+from collections.abc import Iterator
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from tornado import httputil
 
 REFUSED = (
-    b"dask-hpc: this dashboard is its owner's only. Open the link start-cluster printed "
-    b"(it carries ?token=), or client.dashboard_link from dask_hpc.connect().\n"
+    b"dask-hpc: this dashboard is its owner's only. Open once the link start-cluster printed "
+    b"on your terminal, or `hpc-cluster links SCHEDULER_FILE` prints (it carries ?token=); "
+    b"your browser keeps the token from then on.\n"
 )
+MAX_COOKIE = 16_384  # characters of Cookie headers looked at (browsers send a host < 8 KiB)
+MAX_QUERY = 8_192  # a longer query is not searched for ?token= (the cookie still counts)
 
 
 def new_token() -> str:
@@ -37,12 +47,36 @@ def protect(http_server: Any, token: str) -> None:
     http_server.request_callback = TokenGate(http_server.request_callback, token, http_server.port)
 
 
+def as_bytes(text: str) -> bytes:
+    """``text`` (a header tornado decoded as latin-1, or a decoded query value) as bytes, for
+    comparing: never raises, whatever it holds."""
+    return text.encode("utf-8", "surrogatepass")
+
+
+def cookie_values(headers: httputil.HTTPHeaders, name: bytes) -> Iterator[bytes]:
+    """The values of the cookies called ``name`` in the first ``MAX_COOKIE`` characters of
+    the Cookie headers: ``;`` between cookies, the first ``=`` in each (linear time)."""
+    left = MAX_COOKIE
+    for header in headers.get_list("Cookie"):
+        seen, left = header[:left], left - len(header)
+        for pair in as_bytes(seen).split(b";"):
+            key, equals, value = pair.partition(b"=")
+            if equals and key.strip() == name:
+                value = value.strip()
+                if len(value) >= 2 and value[:1] == value[-1:] == b'"':
+                    value = value[1:-1]
+                yield value
+        if left <= 0:
+            return
+
+
 class TokenGate(httputil.HTTPServerConnectionDelegate):
     """Route a request to Dask's application only when it carries the token."""
 
     def __init__(self, application: Any, token: str, port: int) -> None:
         self.application = application
         self.token = token
+        self._token = token.encode()
         self.cookie = f"dask-hpc-{port}"  # cookies are per host, not per port: one per cluster
 
     def start_request(
@@ -53,16 +87,15 @@ class TokenGate(httputil.HTTPServerConnectionDelegate):
     def on_close(self, server_conn: object) -> None:
         self.application.on_close(server_conn)
 
-    def valid(self, given: str | None) -> bool:
-        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+    def valid(self, given: str | bytes | None) -> bool:
+        """Is ``given`` the token? (As bytes: any text, non-ASCII included, is an answer.)"""
+        if not given:
+            return False
+        given = as_bytes(given) if isinstance(given, str) else given
+        return hmac.compare_digest(given, self._token)
 
-    def cookie_token(self, headers: httputil.HTTPHeaders) -> str | None:
-        try:
-            jar = SimpleCookie(headers.get("Cookie", ""))
-        except CookieError:
-            return None
-        morsel = jar.get(self.cookie)
-        return morsel.value if morsel else None
+    def cookie_valid(self, headers: httputil.HTTPHeaders) -> bool:
+        return any(self.valid(v) for v in cookie_values(headers, self.cookie.encode()))
 
 
 class _GatedRequest(httputil.HTTPMessageDelegate):
@@ -85,8 +118,12 @@ class _GatedRequest(httputil.HTTPMessageDelegate):
         assert isinstance(start_line, httputil.RequestStartLine)
         self.head = start_line.method == "HEAD"
         gate = self.gate
-        url = urlsplit(start_line.path)
-        query = parse_qsl(url.query, keep_blank_values=True)
+        try:
+            url = urlsplit(start_line.path)
+        except ValueError:  # "//[x": not a target anyone's page asks for
+            self._refuse()
+            return None
+        query = parse_qsl(url.query, keep_blank_values=True) if len(url.query) <= MAX_QUERY else []
         given = dict(query).get("token")
         if gate.valid(given):
             rest = urlencode([(k, v) for k, v in query if k != "token"])
@@ -96,11 +133,14 @@ class _GatedRequest(httputil.HTTPMessageDelegate):
             return None
         authorization = headers.get("Authorization", "")
         header_token = authorization[6:] if authorization.startswith("token ") else None
-        if gate.valid(gate.cookie_token(headers)) or gate.valid(header_token):
+        if gate.valid(header_token) or gate.cookie_valid(headers):
             self.inner = gate.application.start_request(self.server_conn, self.connection)
             return self.inner.headers_received(start_line, headers)
-        self._respond(403, "Forbidden", {"Content-Type": "text/plain"}, REFUSED)
+        self._refuse()
         return None
+
+    def _refuse(self) -> None:
+        self._respond(403, "Forbidden", {"Content-Type": "text/plain"}, REFUSED)
 
     def _respond(self, code: int, reason: str, extra: dict[str, str], body: bytes = b"") -> None:
         headers = httputil.HTTPHeaders({"Content-Length": str(len(body)), **extra})

@@ -86,9 +86,15 @@ class RollCall:
         return hung
 
     def next_check(self) -> float | None:
-        """When the next tick is due (``time.monotonic()``; None: no ticks)."""
-        ticks = self.roster.ticks if self.roster else None
-        return ticks.next_at if ticks else None
+        """When this rank's loop must turn next for the roll call (``time.monotonic()``; None:
+        never): the next tick, or the end of a connection's time to present the token (those
+        whose time is over are closed now: ``Roster.sweep``)."""
+        if self.roster is None:
+            return None
+        self.roster.sweep()
+        ticks = self.roster.ticks
+        due = (ticks.next_at if ticks else None, self.roster.next_deadline)
+        return min((at for at in due if at is not None), default=None)
 
     def missing_message(self, workers: Mapping[str, str]) -> str:
         """Which ranks sent no worker of ``workers`` (address -> name), when time ran out."""

@@ -15,6 +15,14 @@ a numbered tick (``tick N``) every few seconds, each rank answers it (``beat N``
 gives up a rank that answered none for that long (``liveness.py``): it writes ``given-up
 SECONDS`` to it and closes the connection, so that the rank, if it ever runs again, stops what
 it started. What rank 0 says is read line by line (``FromRank0``).
+
+The listener is on the node's routable address: anyone may connect and write anything. Until
+a connection has presented the token it is a stranger (``_Stranger``): what it sends is bytes,
+compared as bytes, never decoded first; its line is ``MAX_LINE`` bytes at most; it has
+``JOIN_SECONDS`` to send it; at most ``MAX_STRANGERS`` wait at once (the oldest goes first: a
+rank's own line arrives right after its connect); anything else (garbage, non-ASCII, a TLS
+ClientHello, a reset) closes it, said in one line at most a minute (``_Refusals``). Nothing a
+stranger does ends rank 0 or keeps a rank from joining.
 """
 
 from __future__ import annotations
@@ -24,8 +32,11 @@ import os
 import re
 import secrets
 import socket
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
+from ..errors import say
 from .liveness import Ticks
 
 ENDED = b"ended\n"  # rank 0 to the ranks still connected when it gives up waiting for them
@@ -35,6 +46,10 @@ _BEAT = re.compile(rb"beat (\d+)")  # a rank to rank 0: ``beat N``, its answer t
 KEEPALIVE_IDLE = 10  # seconds of silence before the first probe
 KEEPALIVE_INTERVAL = 5
 KEEPALIVE_COUNT = 3  # probes unanswered: the peer is gone (25 s in all)
+MAX_LINE = 256  # bytes of ``TOKEN RANK HOST\n`` at most (token 32, host name 64 at most)
+JOIN_SECONDS = 10.0  # a connection presents its token within this, or is closed
+MAX_STRANGERS = 64  # connections that have not presented the token yet, at once
+REFUSALS_EVERY = 60.0  # seconds: one line at most about strangers' connections closed
 
 
 def keepalive(conn: socket.socket) -> None:
@@ -47,6 +62,49 @@ def keepalive(conn: socket.socket) -> None:
     ):
         if hasattr(socket, option):  # Linux; elsewhere the system's defaults
             conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+
+
+@dataclass
+class _Stranger:
+    """A connection that has not presented the token yet."""
+
+    conn: socket.socket
+    peer: str
+    deadline: float  # time.monotonic() by which its line must have come
+    buffer: bytes = b""
+
+
+class _Refusals:
+    """Strangers' connections closed, said in one line at most every ``REFUSALS_EVERY`` s:
+    the first at once, then how many more since, with the last one's peer and reason."""
+
+    def __init__(self) -> None:
+        self.count = 0  # closed since the last line
+        self.said_at: float | None = None
+
+    def note(self, peer: str, why: str) -> None:
+        now = time.monotonic()
+        self.count += 1
+        if self.said_at is not None and now - self.said_at < REFUSALS_EVERY:
+            return
+        if self.said_at is None:
+            what = f"a connection from {peer} ({why})"
+        else:
+            since = now - self.said_at
+            what = f"{self.count} connections in {since:.0f} s (the last from {peer}: {why})"
+        say(f"warning: roll call: closed {what} without the cluster's token; ranks unaffected")
+        self.count, self.said_at = 0, now
+
+
+def _parse_join(line: bytes, token: bytes) -> tuple[int, str] | None:
+    """(rank, host) from ``TOKEN RANK HOST``, if it carries ``token`` (bytes compared with
+    bytes: no text to decode or to raise on); None otherwise."""
+    given, _, rest = line.strip().partition(b" ")
+    rank, _, host = rest.partition(b" ")
+    if not (hmac.compare_digest(given, token) and rank.isdigit() and len(rank) <= 9):
+        return None
+    name = "".join(c if c.isprintable() else "?" for c in host.decode(errors="replace"))
+    return int(rank), name[:64] or "?"
 
 
 class Roster:
@@ -62,6 +120,7 @@ class Roster:
         self.ticks = ticks  # the ticks each rank answered (None: no hung-rank check)
         self.given_up: list[int] = []  # ranks given up as hung, in that order
         self.token = secrets.token_hex(16)
+        self._token = self.token.encode()
         self.listener = socket.create_server((host, 0), backlog=4096)
         self.listener.setblocking(False)
         self.alive: dict[int, socket.socket] = {}  # rank -> connection
@@ -69,7 +128,8 @@ class Roster:
         self._ranks: dict[int, tuple[int, socket.socket]] = {}  # fd -> its rank, connection
         self.left: list[int] = []  # ranks that connected, then went, in the order they went
         self.said_bye: set[int] = set()  # ranks that said they end (not lost)
-        self._pending: dict[int, tuple[socket.socket, bytes]] = {}
+        self._pending: dict[int, _Stranger] = {}  # fd -> it, oldest first
+        self._refusals = _Refusals()
         self._watch, self._unwatch = watch, unwatch
         watch(self.listener.fileno(), self._accept)
 
@@ -80,37 +140,95 @@ class Roster:
 
     def _accept(self) -> None:
         try:
-            conn, _ = self.listener.accept()
-        except BlockingIOError:
+            conn, peer = self.listener.accept()
+        except OSError:  # BlockingIOError: another turn took it; or aborted, or out of fds
             return
         conn.setblocking(False)
         keepalive(conn)
+        self.sweep()
+        if len(self._pending) >= MAX_STRANGERS:  # the oldest goes: a rank's line comes at once
+            self._expire(next(iter(self._pending)), "too many connections waiting")
         fd = conn.fileno()
-        self._pending[fd] = (conn, b"")
+        where = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self._pending[fd] = _Stranger(conn, where, time.monotonic() + JOIN_SECONDS)
         self._watch(fd, lambda: self._read(fd))
+
+    @property
+    def next_deadline(self) -> float | None:
+        """When the oldest connection still waiting must have presented its token."""
+        oldest = next(iter(self._pending.values()), None)
+        return oldest.deadline if oldest else None
+
+    def sweep(self) -> None:
+        """Close the connections whose time to present the token is over."""
+        now = time.monotonic()
+        while self._pending:
+            fd, stranger = next(iter(self._pending.items()))
+            if stranger.deadline > now:
+                return
+            self._expire(fd, f"nothing valid within {JOIN_SECONDS:g} s")
+
+    def _expire(self, fd: int, why: str) -> None:
+        """Close a waiting connection, unless what it sent meanwhile is a rank's line."""
+        self._greet(fd)  # (a loaded rank 0 may not have read it yet)
+        stranger = self._pending.pop(fd, None)
+        if stranger is not None:
+            self._refuse(fd, stranger, why)
+
+    def _refuse(self, fd: int, stranger: _Stranger, why: str) -> None:
+        self._refusals.note(stranger.peer, why)
+        self._drop(fd, stranger.conn)
+
+    def _greet(self, fd: int) -> None:
+        """Read what a connection that has not presented the token sent: a whole line with the
+        token makes it a rank's; a bad line, too long a one, the end or an error closes it."""
+        stranger = self._pending[fd]
+        try:
+            data = stranger.conn.recv(MAX_LINE)
+        except BlockingIOError:
+            return
+        except OSError as error:  # reset
+            del self._pending[fd]
+            self._refuse(fd, stranger, type(error).__name__)
+            return
+        stranger.buffer += data
+        line, newline, rest = stranger.buffer.partition(b"\n")
+        if not newline:
+            if data and len(stranger.buffer) < MAX_LINE:
+                return  # more to come
+            del self._pending[fd]
+            if data or stranger.buffer:
+                why = "no line" if not data else f"a line over {MAX_LINE} bytes"
+                self._refuse(fd, stranger, why)
+            else:
+                self._drop(fd, stranger.conn)  # connected and closed: nothing to say
+            return
+        del self._pending[fd]
+        joined = _parse_join(line, self._token) if len(line) < MAX_LINE else None
+        if joined is None:
+            self._refuse(fd, stranger, "a wrong line")
+            return
+        rank, host = joined
+        self.alive[rank] = stranger.conn
+        self.hosts[rank] = host
+        self._ranks[fd] = (rank, stranger.conn)
+        if self.ticks is not None:
+            self.ticks.joined(rank)
+        if rest:
+            self._heard(rank, rest)
+
+    def _heard(self, rank: int, data: bytes) -> None:
+        """What a rank wrote: ``bye``, ``beat N``."""
+        if BYE in data:
+            self.said_bye.add(rank)
+        if self.ticks is not None:  # (a beat split over two reads: the next one counts)
+            for number in _BEAT.findall(data):
+                self.ticks.answer(rank, int(number))
 
     def _read(self, fd: int) -> None:
         if fd in self._pending:
-            conn, buffer = self._pending[fd]
-            try:
-                data = conn.recv(256)
-            except BlockingIOError:
-                return
-            buffer += data
-            if data and b"\n" not in buffer and len(buffer) < 200:
-                self._pending[fd] = (conn, buffer)
-                return
-            del self._pending[fd]
-            token, _, rest = buffer.decode(errors="replace").strip().partition(" ")
-            rank, _, host = rest.partition(" ")
-            if data and hmac.compare_digest(token, self.token) and rank.isdigit():
-                self.alive[int(rank)] = conn
-                self.hosts[int(rank)] = host or "?"
-                self._ranks[fd] = (int(rank), conn)
-                if self.ticks is not None:
-                    self.ticks.joined(int(rank))
-                return
-            self._drop(fd, conn)
+            self._greet(fd)
+            self.sweep()
             return
         if fd not in self._ranks:  # a lookup, not a scan: N ranks leave in O(N)
             return
@@ -118,11 +236,7 @@ class Roster:
         try:
             data = conn.recv(256)
             if data:
-                if BYE in data:
-                    self.said_bye.add(rank)
-                if self.ticks is not None:  # (a beat split over two reads: the next one counts)
-                    for number in _BEAT.findall(data):
-                        self.ticks.answer(rank, int(number))
+                self._heard(rank, data)
                 return
         except BlockingIOError:
             return
@@ -187,8 +301,9 @@ class Roster:
         conn.close()
 
     def close(self) -> None:
-        for fd, (conn, _) in list(self._pending.items()):
-            self._drop(fd, conn)
+        for fd, stranger in list(self._pending.items()):
+            self._drop(fd, stranger.conn)
+        self._pending.clear()
         for fd, (_, conn) in list(self._ranks.items()):
             self._drop(fd, conn)
         self.alive.clear()
