@@ -87,25 +87,31 @@ def test_settle_keeps_a_private_working_directory_last_and_drops_one_others_writ
         seen = probe(argv, where)
         resolved = [os.path.realpath(p) if p else seen["cwd"] for p in seen["path"]]
         if safe:  # where Python put it (-c, a script), else appended
-            assert seen["note"] is None and str(where) in resolved, seen
+            assert seen["note"] == [] and str(where) in resolved, seen
             if form == "-P -c":
                 assert seen["path"][-1] == str(where), seen
         else:
             assert str(where) not in resolved and "" not in seen["path"], seen
             assert f"the working directory {where} is not on the workers' module path" in (
-                seen["note"]
+                seen["note"][-1]
             )
     if form == "script":  # the script's own directory stays: it is the owner's (0755)
         assert str(tree / "mine") in probe(argv, tree / "open")["path"]
 
 
-def test_pythonpath_stays_even_where_others_write(tree: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(tree / "open")}
-    seen = json.loads(subprocess.run(
-        [sys.executable, "-P", "-c", PROBE], cwd=tree / "mine", env=env, capture_output=True,
-        text=True, timeout=60, check=True,
-    ).stdout)
-    assert str(tree / "open") in seen["path"]  # the user named it
+def test_pythonpath_entries_others_can_write_are_dropped_and_said(tree: Path) -> None:
+    """A PYTHONPATH entry others can write is as dangerous as the working directory: left
+    out of sys.path and of the environment handed on, in one line; the user's own stays."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tree / "open"), str(tree / "mine")])}
+    out = subprocess.run(
+        [sys.executable, "-P", "-c", PROBE + "print(os.environ['PYTHONPATH'])"],
+        cwd=tree / "mine", env=env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.splitlines()
+    seen = json.loads(out[0])
+    assert out[1] == str(tree / "mine")  # what this process hands on
+    assert str(tree / "open") not in seen["path"] and str(tree / "mine") in seen["path"]
+    assert len(seen["note"]) == 1 and "PYTHONPATH: left out" in seen["note"][0], seen
+    assert "mode 0777" in seen["note"][0]
 
 
 @pytest.mark.parametrize(

@@ -27,7 +27,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": {"errors", "guard", "planning", "running"},
     "images": {"guard"},  # python -m dask_hpc.images, the documented command
     "elastic": {"errors", "config", "guard", "planning", "at_scale", "batch", "cli"},
-    "__main__": {"cli"},
+    # the console scripts' first code (search paths made safe), then each program's main
+    "entry": {"guard", "cli", "batch", "elastic"},
+    "__main__": {"entry"},
 }
 SUBPACKAGES = sorted(p.parent.name for p in SRC.glob("*/__init__.py"))
 

@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main
+from .entry import start_cluster
 
 if __name__ == "__main__":  # not when a worker process re-imports the main module
-    sys.exit(main())
+    sys.exit(start_cluster())

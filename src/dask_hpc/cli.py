@@ -248,16 +248,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .planning.plan import make_plan, private_local_directory
     from .running import nanny_host
 
-    left_out = import_path.settle()  # before anything else is imported
     argv = sys.argv[1:] if argv is None else argv
     try:
+        left_out = import_path.settle()  # before anything else is imported
         try:
             settings = parse(argv)
         except BrokenPipeError:  # --help | head
             return stdout_closed()
         plan = make_plan(settings)
-        if left_out and plan.rank.is_first:
-            plan.notes.append(left_out)
+        if plan.rank.is_first:
+            plan.notes.extend(left_out)
         if settings.dry_run:
             try:
                 print(json.dumps(plan.describe(), indent=2), flush=True)
@@ -272,6 +272,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
             os.sched_setaffinity(0, plan.widen_cpus)
         local = private_local_directory(plan)
+        # Our processes work where only the user writes: what they start (JupyterLab's
+        # helpers, R, Yarn) reads startup files from its working directory. COMMAND runs in
+        # plan.user_directory.
+        os.chdir(local)
         host = None
         try:
             host = nanny_host.start(plan)

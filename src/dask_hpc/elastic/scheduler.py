@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import socket
 import ssl
@@ -90,19 +91,21 @@ async def start(
 
 def main(argv: list[str] | None = None) -> int:
     """The scheduler's batch job: run until the cluster closes it, or the job is cancelled."""
-    settle()  # started by import_path.python_argv: the submit directory only if it is safe
+    for line in settle():  # the submit directory on sys.path only if it is safe
+        say(line)
     parser = argparse.ArgumentParser(prog="python -m dask_hpc.elastic.scheduler")
     parser.add_argument("--directory", required=True, help="the cluster's directory")
     parser.add_argument("--cluster-id", required=True)
     parser.add_argument("--interface", help="network interface to listen on")
     args = parser.parse_args(argv)
-    directory = Path(args.directory)
+    directory = Path(args.directory).absolute()
     files = TlsFiles.in_directory(directory)
     try:
         if not files.exist():
             raise UsageError(
                 f"no TLS files in {directory}", "the cluster that submitted this job makes them"
             )
+        os.chdir(directory)  # the cluster's own (0700): not the submit directory others write
         host = listen_host(args.interface)
     except UsageError as error:
         say(f"error: {error}")

@@ -12,7 +12,8 @@ rank and worker (issue 34). So:
   another user can change, and adds the working directory back at the end of ``sys.path``
   only when nobody else can change it (``private.changeable_by_others``), so the user's own
   modules beside their job still import in the workers, as under ``python -m`` and
-  dask-jobqueue. Directories the user names in ``PYTHONPATH`` are theirs and stay.
+  dask-jobqueue. Directories the user names in ``PYTHONPATH`` are theirs and stay, unless
+  empty, relative or writable by others (``search_paths``: dropped first, with one line).
 
 ``python -m dask_hpc.guard.import_path MODULE ARGS...`` runs MODULE after :func:`settle`
 (JupyterLab's kernels: ``ipykernel_launcher``).
@@ -27,6 +28,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+from . import search_paths
 from .private import UnsafePath, changeable_by_others
 
 # Python 3.10 has no -P: ``python -c BOOTSTRAP`` drops the working directory ('' first on
@@ -70,9 +72,13 @@ def _implicit_entry() -> str | None:
     return first if os.path.realpath(first) in candidates else None
 
 
-def settle() -> str | None:
-    """Make ``sys.path`` safe (see the module's docstring); the line to tell the user when the
-    working directory is left off it, else None."""
+def settle() -> list[str]:
+    """Make the search paths and ``sys.path`` safe (see the module's docstring and
+    ``search_paths``); the lines to tell the user (what was left out, and why)."""
+    try:  # (the console scripts ran it first already: dask_hpc.entry)
+        lines = search_paths.apply()  # before the user's PYTHONPATH below counts as theirs
+    except search_paths.PlantedModules as error:
+        raise UnsafePath(error.problem, error.fix) from None
     try:
         cwd = os.getcwd()
     except OSError:  # the working directory was removed: nothing to add
@@ -83,16 +89,17 @@ def settle() -> str | None:
         if changeable_by_others(first or ".") is not None:
             del sys.path[0]
     if cwd is None or cwd in {os.path.abspath(p or ".") for p in sys.path}:
-        return None
+        return lines
     problem = changeable_by_others(cwd)
     if problem is not None:
-        return (
+        return [
+            *lines,
             f"the working directory {cwd} is not on the workers' module path: {problem}, so a "
             "module put there would run as you; keep your modules in a directory only you can "
-            "write, or name it in PYTHONPATH"
-        )
+            "write, or name it in PYTHONPATH",
+        ]
     sys.path.append(cwd)
-    return None
+    return lines
 
 
 def program(name: str) -> str | None:

@@ -102,6 +102,9 @@ class Plan:
     widen_cpus: frozenset[int] | None = None  # this rank's affinity, set before it forks
     exit_status_file: str | None = None  # rank 0 writes its exit status there
     hung_timeout: float | None = None  # a rank silent this long is given up (None: never)
+    # Where the user started this rank: COMMAND runs there and JupyterLab serves its files.
+    # Our own processes work in the rank's private local directory instead (cli.main).
+    user_directory: Path = field(default_factory=Path.cwd)
 
     @property
     def runs_scheduler(self) -> bool:
@@ -195,6 +198,11 @@ def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
             "write it like 16GB, 512MiB, or a fraction of the node such as 0.25",
         )
     return resources.check_worker_memory(limit, text, "--memory-limit")
+
+
+def _absolute(path: str | None) -> str | None:
+    """``path`` from the working directory at planning (the rank works elsewhere later)."""
+    return os.path.abspath(path) if path else None
 
 
 def private_local_directory(plan: Plan) -> Path:
@@ -379,7 +387,7 @@ def make_plan(
             if settings.abort_on_node_loss is None
             else settings.abort_on_node_loss
         ),
-        exit_status_file=config.get("exit-status-file") or None,
+        exit_status_file=_absolute(config.get("exit-status-file")),
         hung_timeout=hung_timeout(),
         widen_cpus=cpus.cpus if cpus.widen else None,
     )

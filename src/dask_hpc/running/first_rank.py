@@ -251,6 +251,7 @@ class FirstRank(Rank):
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
             self.command = subprocess.Popen(
                 plan.command,
+                cwd=plan.user_directory,  # the user's program, where the user started it
                 preexec_fn=lambda: children.die_with_parent(signal.SIGTERM, parent),
             )
         return self._until_done()
