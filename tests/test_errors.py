@@ -69,24 +69,40 @@ BAD_INPUT = [
     # issue 35: a COMMAND without --, a limit of 16 bytes, a variable the rank does not have
     (
         ["cpu", "2", "python", "job.py"],
-        ["unrecognized arguments: python job.py",
-         "a COMMAND goes after --: start-cluster cpu 2 -- python job.py"],
+        [
+            "unrecognized arguments: python job.py",
+            "a COMMAND goes after --: start-cluster cpu 2 -- python job.py",
+        ],
     ),
     (
         ["cpu", "2", "--nthreads", "1", "python", "job.py", "--size", "3"],
         ["a COMMAND goes after --: start-cluster cpu 2 --nthreads 1 -- python job.py --size 3"],
     ),
-    (["cpu", "2", "--lifetime", "55m"], ["unrecognized arguments: --lifetime 55m",
-                                         "see start-cluster --help"]),
+    (
+        ["cpu", "2", "--lifetime", "55m"],
+        ["unrecognized arguments: --lifetime 55m", "see start-cluster --help"],
+    ),
     (
         ["cpu", "2", "--memory-limit", "16"],
-        ["--memory-limit '16' is 16 B, too little for a Dask worker (at least 256.00 MiB)",
-         "give a unit, e.g. 16GB (a bare number is bytes)"],
+        [
+            "--memory-limit '16' is 16 B, too little for a Dask worker (at least 256.00 MiB)",
+            "give a unit, e.g. 16GB (a bare number is bytes)",
+        ],
+    ),
+    # issue 44: "is 1 B" for what the help allows as a fraction of the node's memory
+    (
+        ["cpu", "2", "--memory-limit", "1.5"],
+        [
+            "--memory-limit '1.5' is no share of the node's memory (a fraction is at most 1) and, "
+            "as bytes, 1 B; give a unit, e.g. 1.5GB"
+        ],
     ),
     (
         ["cpu", "2", "--local-directory", "$DASK_HPC_NO_SUCH_VARIABLE/w"],
-        ["--local-directory $DASK_HPC_NO_SUCH_VARIABLE/w: $DASK_HPC_NO_SUCH_VARIABLE is not set",
-         "set DASK_HPC_NO_SUCH_VARIABLE in the job"],
+        [
+            "--local-directory $DASK_HPC_NO_SUCH_VARIABLE/w: $DASK_HPC_NO_SUCH_VARIABLE is not set",
+            "set DASK_HPC_NO_SUCH_VARIABLE in the job",
+        ],
     ),
 ]
 
@@ -168,7 +184,22 @@ def test_layout_mismatch_under_real_mpich(run_cmd, cluster_env) -> None:
     errors = [ln for ln in result.stderr.splitlines() if ln.startswith("start-cluster: error:")]
     assert len(errors) == 3  # one line per rank, each naming both numbers
     assert all("this node runs 3 ranks but WORKERS_PER_NODE is 2" in ln for ln in errors)
+    assert all("give WORKERS_PER_NODE 3 (one worker per rank)" in ln for ln in errors)
     assert "Traceback" not in result.stderr
+
+
+def test_two_ranks_a_node_with_one_worker_names_the_fix_emulated(run_cmd, cluster_env) -> None:
+    """``flux run -N3 -n6 start-cluster cpu 1``: two ranks on this node, one worker asked
+    for; the fix is ``cpu 2`` (or one rank a node), not the same suggestion twice. Open MPI's
+    variables for one rank of such a launch (emulated: the message needs no other rank)."""
+    env = {**cluster_env, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+           "OMPI_COMM_WORLD_SIZE": "6", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+           "OMPI_MCA_ess_base_jobid": "4243"}
+    result = run_cmd([*start_cluster(), "cpu", "1", "--dry-run"], env=env, timeout=60)
+    assert_one_line_error(
+        result, "this node runs 2 ranks but WORKERS_PER_NODE is 1",
+        "give WORKERS_PER_NODE 2 (one worker per rank), or launch 1 rank per node",
+    )
 
 
 def test_scheduler_that_never_appears(run_cmd, cluster_env, tmp_path: Path) -> None:
@@ -227,9 +258,25 @@ def test_a_dry_run_into_a_closed_pipe_ends_quietly(cluster_env) -> None:
     read, write = os.pipe()
     os.close(read)  # nobody reads: the first write fails with EPIPE
     try:
-        done = subprocess.run([*start_cluster(), "cpu", "2", "--dry-run"], stdout=write,
-                              stderr=subprocess.PIPE,
-                              env=cluster_env, timeout=60, text=True)
+        done = subprocess.run(
+            [*start_cluster(), "cpu", "2", "--dry-run"],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            env=cluster_env,
+            timeout=60,
+            text=True,
+        )
     finally:
         os.close(write)
     assert done.returncode == 141 and done.stderr == "", done.stderr
+
+
+def test_a_command_that_is_not_executable_says_so(run_cmd, cluster_env, tmp_path: Path) -> None:
+    """``-- ./job.py`` without its x bit: not "not found", but how to run it."""
+    job = tmp_path / "job.py"
+    job.write_text("print('hi')\n")
+    result = run_cmd([*start_cluster(), "cpu", "1", "--", "./job.py"], env=cluster_env,
+                     cwd=tmp_path, timeout=60)
+    assert_one_line_error(
+        result, "command './job.py' is not executable", "chmod +x ./job.py", "-- python ./job.py"
+    )

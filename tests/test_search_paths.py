@@ -14,14 +14,20 @@ import pytest
 from dask_hpc.batch import clean_env
 from dask_hpc.guard import search_paths
 
+PROJECT_GID = 100  # Debian's `users`: a group other users are in
+
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """mine (0755), open (0777), open/inner (0755), sticky (1777)/mine (0755)."""
+    """mine (0755), open (0777), open/inner (0755), sticky (1777)/mine (0755), group (0775, a
+    project's group), rootgroup (0775, group 0: an image's tree made under umask 002)."""
     for name, mode in (("mine", 0o755), ("open", 0o777), ("open/inner", 0o755),
-                       ("sticky", 0o1777), ("sticky/mine", 0o755), ("group", 0o775)):
+                       ("sticky", 0o1777), ("sticky/mine", 0o755), ("group", 0o775),
+                       ("rootgroup", 0o775)):
         (tmp_path / name).mkdir()
         (tmp_path / name).chmod(mode)
+    os.chown(tmp_path / "group", -1, PROJECT_GID)
+    os.chown(tmp_path / "rootgroup", -1, 0)
     tmp_path.chmod(0o755)
     return tmp_path
 
@@ -37,6 +43,7 @@ def cases(tree: Path) -> dict[str, bool]:
         str(tree / "sticky"): False,
         str(tree / "sticky" / "mine"): True,  # a sticky parent: only the owner renames it
         str(tree / "group"): False,  # a project's group: others, as OpenSSH's StrictModes
+        str(tree / "rootgroup"): True,  # root's group: root's own
         str(tree / "mine" / "not-yet"): True,  # only the owner could make it
         str(tree / "open" / "not-yet"): False,  # anyone could make it
         "/usr/lib": True,
@@ -84,6 +91,8 @@ def test_only_unsafe_entries_leave_and_an_all_unsafe_variable_is_unset() -> None
 PROBE = """
 import json, os, sys
 from dask_hpc.guard import search_paths
+
+PROJECT_GID = 100  # Debian's `users`: a group other users are in
 try:
     said = search_paths.apply()
 except search_paths.PlantedModules as error:

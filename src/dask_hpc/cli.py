@@ -249,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .running import nanny_host
 
     argv = sys.argv[1:] if argv is None else argv
+    left_out: list[str] = []
     try:
         left_out = import_path.settle()  # before anything else is imported
         try:
@@ -287,6 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if host is not None:
                 shutil.rmtree(host.directory, ignore_errors=True)
     except UsageError as error:
+        for line in left_out:  # what was left out of the search paths may be why
+            say(line)
         say(f"error: {error}")
         return error.exit_code
     except KeyboardInterrupt:

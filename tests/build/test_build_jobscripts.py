@@ -14,6 +14,7 @@ from build_support import REPO, invoke_argv
 from golden_cases import CASES
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
+HPC_JOB = [sys.executable, "-m", "dask_hpc.batch"]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -27,16 +28,19 @@ def test_every_batch_system_has_a_golden() -> None:
     from dask_hpc.planning.sites import all_sites
 
     systems = {s.batch_system for s in all_sites().values()} - {"none"}
-    assert systems == {name.split("-")[0] for name in CASES} == {
-        "pbs", "lsf", "cobalt", "slurm", "flux"
-    }
+    assert (
+        systems
+        == {name.split("-")[0] for name in CASES}
+        == {"pbs", "lsf", "cobalt", "slurm", "flux"}
+    )
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_the_installed_command_writes_the_same_script(run_cmd, name: str, tmp_path) -> None:
     """hpc-job (the package's command: no checkout, no invoke) is invoke job, from anywhere."""
-    result = run_cmd([sys.executable, "-m", "dask_hpc.batch", *CASES[name]], cwd=tmp_path,
-                     timeout=60)
+    result = run_cmd(
+        [sys.executable, "-m", "dask_hpc.batch", *CASES[name]], cwd=tmp_path, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == (GOLDEN / f"{name}.sh").read_text()
 
@@ -46,8 +50,12 @@ def test_hpc_job_into_a_closed_pipe_ends_quietly(tagged_env) -> None:
     os.close(read)
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "dask_hpc.batch", *CASES["pbs-aurora"]], stdout=write,
-            stderr=subprocess.PIPE, text=True, env=tagged_env, timeout=60,
+            [sys.executable, "-m", "dask_hpc.batch", *CASES["pbs-aurora"]],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=tagged_env,
+            timeout=60,
         )
     finally:
         os.close(write)
@@ -57,18 +65,82 @@ def test_hpc_job_into_a_closed_pipe_ends_quietly(tagged_env) -> None:
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--site", "generic", "--nodes", "1", "--", "x"],
-         "hpc-job: error: site generic has no batch system; name one with --batch-system"),
-        (["--site", "polaris", "--", "x"],
-         "hpc-job: error: the following arguments are required: --nodes; see hpc-job --help"),
-        (["--site", "polaris", "--nodes", "1", "--memory-per-worker", "16", "--", "x"],
-         "hpc-job: error: memory per worker '16' is 16 B, too little for a Dask worker"),
+        (
+            ["--site", "generic", "--nodes", "1", "--", "x"],
+            "hpc-job: error: site generic has no batch system; name one with --batch-system",
+        ),
+        (
+            ["--site", "polaris", "--", "x"],
+            "hpc-job: error: the following arguments are required: --nodes; see hpc-job --help",
+        ),
+        (
+            ["--site", "polaris", "--nodes", "1", "--memory-per-worker", "16", "--", "x"],
+            "hpc-job: error: memory per worker '16' is 16 B, too little for a Dask worker",
+        ),
+        # issue 44: a 22-line traceback (FileNotFoundError on its temporary name) before
+        (
+            [
+                "--site",
+                "polaris",
+                "--nodes",
+                "1",
+                "--account",
+                "p",
+                "--output",
+                "/proc/x.pbs",
+                "--",
+                "x",
+            ],
+            "hpc-job: error: --output /proc/x.pbs: cannot write there (No such file or directory); "
+            "give a path in a directory of yours, or leave --output out for stdout",
+        ),
+        (
+            ["--site", "polaris", "--nodes", "1", "--batch-system", "pbspro", "--", "x"],
+            "hpc-job: error: argument --batch-system: invalid choice: 'pbspro' (choose from "
+            "'slurm', 'pbs', 'lsf', 'flux', 'cobalt')",
+        ),
     ],
 )
 def test_hpc_job_bad_input_is_one_line(run_cmd, args: list[str], says: str) -> None:
     result = run_cmd([sys.executable, "-m", "dask_hpc.batch", *args], timeout=60)
     assert result.returncode == 2 and result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and result.stderr.startswith(says), result.stderr
+
+
+def test_a_command_that_is_not_executable_names_chmod(run_cmd, tmp_path: Path) -> None:
+    """`-- ./job.py` without its x bit: rank 0 said only "not found", once the job ran."""
+    (tmp_path / "job.py").write_text("print(1)\n")
+    argv = [*HPC_JOB, "--site", "polaris", "--nodes", "1", "--account", "p", "--", "./job.py"]
+    result = run_cmd(argv, cwd=tmp_path, timeout=60)
+    assert result.returncode == 2 and result.stdout == "", result.stderr
+    assert result.stderr == (
+        "hpc-job: error: command './job.py' is not executable; chmod +x ./job.py, or run it "
+        "with its interpreter, e.g. -- python ./job.py\n"
+    )
+    (tmp_path / "job.py").chmod(0o755)
+    assert run_cmd(argv, cwd=tmp_path, timeout=60).returncode == 0
+    assert run_cmd([*argv[:-1], "./elsewhere.py"], cwd=tmp_path, timeout=60).returncode == 0
+
+
+def test_help_says_each_thing_once_and_lists_the_choices(run_cmd) -> None:
+    from dask_hpc import __version__
+    from dask_hpc.batch.rules import launcher_names
+    from dask_hpc.batch.script import data
+
+    text = run_cmd([*HPC_JOB, "--help"], timeout=60).check().stdout
+    assert text.count("print a site's batch script that runs COMMAND") == 1, text
+    assert "``" not in text
+    flat = " ".join(text.split())
+    assert "slurm, pbs, lsf, flux or cobalt" in flat and set(data()["batch_systems"]) == {
+        "slurm",
+        "pbs",
+        "lsf",
+        "flux",
+        "cobalt",
+    }
+    assert f"{', '.join(launcher_names()[:-1])} or {launcher_names()[-1]}" in flat
+    version = run_cmd([*HPC_JOB, "--version"], timeout=60).check()
+    assert version.stdout == f"dask-hpc {__version__}\n"
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -79,7 +151,18 @@ def test_golden_scripts_are_valid_bash(run_cmd, name: str) -> None:
 def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     out = tmp_path / "job.sh"
     result = invoke(
-        "job", "--site", "polaris", "--nodes", "1", "--output", str(out), "--", "python", "x.py"
+        "job",
+        "--site",
+        "polaris",
+        "--nodes",
+        "1",
+        "--account",
+        "proj",
+        "--output",
+        str(out),
+        "--",
+        "python",
+        "x.py",
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout == ""
@@ -88,8 +171,7 @@ def test_job_output_file_is_executable(invoke, tmp_path: Path) -> None:
     assert "dask_hpc_image=$(readlink -e -- dask-hpc-polaris.sif)" in text  # settled once
     assert (
         "mpiexec -n 4 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv "
-        '${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 4'
-        in text
+        '${dask_hpc_binds:+--bind "$dask_hpc_binds"} "$dask_hpc_image" start-cluster gpu 4' in text
     )
 
 
@@ -153,14 +235,29 @@ def test_a_relative_image_runs_once_its_recorded_sha256_matches(
     the sha256 `invoke build` recorded beside it, and srun's ranks run that path."""
     assert (local_image.parent / f"{local_image.name}.sha256").is_file()
     result = invoke(
-        "job", "--site", "deepops", "--nodes", "1", "--workers-per-node", "1",
-        "--worker-type", "cpu", "--image", local_image.name, "--walltime", "5",
-        "--", "python", "-c", "print(6*7)",
+        "job",
+        "--site",
+        "deepops",
+        "--nodes",
+        "1",
+        "--workers-per-node",
+        "1",
+        "--worker-type",
+        "cpu",
+        "--image",
+        local_image.name,
+        "--walltime",
+        "5",
+        "--",
+        "python",
+        "-c",
+        "print(6*7)",
     )
     assert result.returncode == 0, result.stderr
     assert "apptainer verify" not in result.stdout  # no key: the digest alone
-    job = slurm_cluster.sbatch(result.stdout, env={**cluster_env, **slurm_cluster.env},
-                               cwd=local_image.parent)
+    job = slurm_cluster.sbatch(
+        result.stdout, env={**cluster_env, **slurm_cluster.env}, cwd=local_image.parent
+    )
     state = slurm_cluster.wait_job(job, timeout=240)
     output = slurm_cluster.job_output(job)
     assert state == ("COMPLETED", 0), output
@@ -170,7 +267,17 @@ def test_a_relative_image_runs_once_its_recorded_sha256_matches(
 def test_invoke_job_command_is_shell_quoted(run_cmd) -> None:
     result = run_cmd(
         invoke_argv(
-            "job", "--site", "perlmutter", "--nodes", "1", "--", "python", "-c", "'print(1)'"
+            "job",
+            "--site",
+            "perlmutter",
+            "--nodes",
+            "1",
+            "--queue",
+            "regular",
+            "--",
+            "python",
+            "-c",
+            "'print(1)'",
         ),
         cwd=REPO,
         timeout=60,

@@ -26,8 +26,9 @@ ALCF_AURORA_LISTS = {
     1: "1-51,53-103",
     6: "1-17:18-34:35-51:53-69:70-86:87-103",
     12: "1-8:9-16:17-24:25-32:33-40:41-48:53-60:61-68:69-76:77-84:85-92:93-100",
-    48: ":".join([f"{c}-{c + 1}" for c in range(1, 49, 2)] + [f"{c}-{c + 1}" for c in
-                                                             range(53, 101, 2)]),
+    48: ":".join(
+        [f"{c}-{c + 1}" for c in range(1, 49, 2)] + [f"{c}-{c + 1}" for c in range(53, 101, 2)]
+    ),
     96: ":".join([str(c) for c in range(1, 49)] + [str(c) for c in range(53, 101)]),
 }
 
@@ -67,23 +68,49 @@ def test_the_104_worker_cpu_layout_fits_the_usable_threads() -> None:
 
 
 def test_aurora_script_binds_its_cpu_workers_with_lists() -> None:
-    text = render(JobRequest(site="aurora", nodes=1, worker_type="cpu", workers_per_node=102,
-                             command=["python", "job.py"]))
+    text = render(
+        JobRequest(
+            site="aurora",
+            nodes=1,
+            worker_type="cpu",
+            workers_per_node=102,
+            account="proj",
+            command=["python", "job.py"],
+        )
+    )
     assert "mpiexec -n 102 --ppn 102 --cpu-bind list:1:2:3:" in text
     assert "--depth" not in text
 
 
 def test_polaris_ranks_get_their_gpus_in_reverse_order(tmp_path: Path) -> None:
     """set_affinity_gpu_polaris.sh: gpu = num_gpus - 1 - local_rank % num_gpus."""
-    node = NodeResources(online_cpus=64, usable_cpus=8, memory=2**38,
-                         cpus=frozenset(range(8 * 0, 8)))
+    node = NodeResources(
+        online_cpus=64, usable_cpus=8, memory=2**38, cpus=frozenset(range(8 * 0, 8))
+    )
     seen = {}
     for local in range(4):
-        env = {"PBS_JOBID": "1.pbs", "PALS_APID": "ap", "PALS_RANKID": str(local),
-               "PALS_LOCAL_RANKID": str(local), "PALS_NODEID": "0", "PMI_SIZE": "4",
-               "PMI_LOCAL_SIZE": "4", "HOME": str(tmp_path)}
-        settings = parse(["gpu", "4", "--site", "polaris", "--local-directory", str(tmp_path),
-                      "--scheduler-file", str(tmp_path / "s.json")])
+        env = {
+            "PBS_JOBID": "1.pbs",
+            "PALS_APID": "ap",
+            "PALS_RANKID": str(local),
+            "PALS_LOCAL_RANKID": str(local),
+            "PALS_NODEID": "0",
+            "PMI_SIZE": "4",
+            "PMI_LOCAL_SIZE": "4",
+            "HOME": str(tmp_path),
+        }
+        settings = parse(
+            [
+                "gpu",
+                "4",
+                "--site",
+                "polaris",
+                "--local-directory",
+                str(tmp_path),
+                "--scheduler-file",
+                str(tmp_path / "s.json"),
+            ]
+        )
         plan = make_plan(settings, env=env, node=node, gpu_root=tmp_path)
         (worker,) = [p for p in plan.processes if p.role == "worker"]
         seen[local] = worker.env["CUDA_VISIBLE_DEVICES"]
@@ -93,26 +120,41 @@ def test_polaris_ranks_get_their_gpus_in_reverse_order(tmp_path: Path) -> None:
 def test_pals_depth_counts_physical_cores() -> None:
     """ALCF's Polaris guide: 4 ranks, --depth=8 (CPUs 0-31 are the cores, 32-63 their
     hyperthreads: a depth of 16 put ranks 2 and 3 on the hyperthreads of ranks 0 and 1)."""
-    text = render(JobRequest(site="polaris", nodes=2, command=["python", "job.py"]))
+    text = render(JobRequest(site="polaris", nodes=2, account="proj", command=["python", "job.py"]))
     assert "mpiexec -n 8 --ppn 4 --depth=8 --cpu-bind depth apptainer exec --nv " in text
 
 
 def test_frontier_gpu_ranks_take_the_gcd_of_their_l3_region() -> None:
     gpu = render(JobRequest(site="frontier", nodes=1, command=["python", "job.py"]))
-    assert ("srun --nodes=1 --ntasks=8 --ntasks-per-node=8 --cpus-per-task=7 --no-kill "
-            "--kill-on-bad-exit=0 --gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ")\
-        in gpu
-    cpu = render(JobRequest(site="frontier", nodes=1, worker_type="cpu", workers_per_node=8,
-                            command=["python", "job.py"]))
+    assert (
+        "srun --nodes=1 --ntasks=8 --ntasks-per-node=8 --cpus-per-task=7 --no-kill "
+        "--kill-on-bad-exit=0 --gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm "
+    ) in gpu
+    cpu = render(
+        JobRequest(
+            site="frontier",
+            nodes=1,
+            worker_type="cpu",
+            workers_per_node=8,
+            command=["python", "job.py"],
+        )
+    )
     assert "--gpus-per-task" not in cpu and "--gpu-bind" not in cpu
 
 
 @pytest.mark.parametrize(
     "site, binds",
-    [("aurora", []), ("polaris", ["/local/scratch"]), ("sophia", ["/local/scratch"]),
-     ("deepops", ["/sw/dask-hpc"]), ("frontier", ["/mnt/bb/$USER"]), ("perlmutter", ["$SCRATCH"]),
-     ("summit", ["$MEMBERWORK", "/mnt/bb/$USER"]), ("thetagpu", ["/local/scratch"]),
-     ("generic", [])],
+    [
+        ("aurora", []),
+        ("polaris", ["/local/scratch"]),
+        ("sophia", ["/local/scratch"]),
+        ("deepops", ["/sw/dask-hpc"]),
+        ("frontier", ["/mnt/bb/$USER"]),
+        ("perlmutter", ["$SCRATCH"]),
+        ("summit", ["$MEMBERWORK", "/mnt/bb/$USER"]),
+        ("thetagpu", ["/local/scratch"]),
+        ("generic", []),
+    ],
 )
 def test_each_site_binds_its_directories_outside_apptainers_defaults(site, binds) -> None:
     """$HOME, /tmp and /var/tmp are Apptainer's own binds; the profile's others are bound."""
@@ -126,8 +168,15 @@ def test_a_site_directory_missing_on_the_node_stops_the_job_in_one_line(
     missing directory is one line and exit status 2, with no apptainer started."""
     image = tmp_path / "dask-hpc-frontier.sif"
     image.write_bytes(b"an image")
-    text = render(JobRequest(site="frontier", nodes=1, command=["python", "job.py"],
-                             image=str(image), verify_image=False))
+    text = render(
+        JobRequest(
+            site="frontier",
+            nodes=1,
+            command=["python", "job.py"],
+            image=str(image),
+            verify_image=False,
+        )
+    )
     script = tmp_path / "job.sh"
     script.write_text(text)
     env = {"PATH": "/usr/bin:/bin", "USER": "nobody-here", "DASK_HPC__IMAGE_VERIFY": "false"}

@@ -25,21 +25,33 @@ EXPECTED = {
     "sophia": ["#PBS -l select=2", "--map-by ppr:8:node:pe=16"],
     "perlmutter": ["--ntasks-per-node=4", "--cpus-per-task=32", "--gpus-per-node=4"],
     "frontier": [
-        "--ntasks-per-node=8", "--cpus-per-task=7", "--gpus-per-node=8",
+        "--ntasks-per-node=8",
+        "--cpus-per-task=7",
+        "--gpus-per-node=8",
         " --gpus-per-task=1 --gpu-bind=closest apptainer exec --rocm ",
     ],
     "summit": ["#BSUB -nnodes 2", "--cpu_per_rs 7 --gpu_per_rs 1"],
     "thetagpu": ["#COBALT -n 2", "--map-by ppr:8:node:pe=16"],
     # Flux: a slot per rank; each task its own cores (a quarter: one MI300A's 24) and GPU
-    "elcapitan": ["#FLUX: --nodes=2", "#FLUX: --nslots=8", "#FLUX: --cores-per-slot=24",
-                  "#FLUX: --gpus-per-slot=1", "#FLUX: --exclusive",
-                  "flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 "
-                  "-o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none"],
+    "elcapitan": [
+        "#FLUX: --nodes=2",
+        "#FLUX: --nslots=8",
+        "#FLUX: --cores-per-slot=24",
+        "#FLUX: --gpus-per-slot=1",
+        "#FLUX: --exclusive",
+        "flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 "
+        "-o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none",
+    ],
 }
 
 
 def script(site: str, **kw: object) -> str:
     kw.setdefault("nodes", 2)
+    profile = load_site(site)
+    if profile.account_required:  # ALCF's: a job without one is refused (test_site_rules.py)
+        kw.setdefault("account", "proj")
+    if profile.default_queue:  # NERSC's debug QOS holds no 1-hour job
+        kw.setdefault("queue", "regular")
     return render(JobRequest(site=site, command=["python", "job.py"], **kw))  # type: ignore[arg-type]
 
 
@@ -88,8 +100,10 @@ def test_deepops_gpu_count_unknown_is_one_line_naming_the_fix(monkeypatch) -> No
     text = str(error.value)
     assert "\n" not in text
     assert "how many GPUs and CPUs a deepops node has is not known (sinfo not found" in text
-    assert "give --gpus-per-node and --cpus-per-worker (gpus_per_node=, cpus_per_worker=), " \
+    assert (
+        "give --gpus-per-node and --cpus-per-worker (gpus_per_node=, cpus_per_worker=), "
         "or set hpc.node-gpus" in text
+    )
 
 
 def test_deepops_gpus_and_cpus_given_ask_nobody(monkeypatch) -> None:
@@ -108,11 +122,20 @@ def test_more_gpus_than_a_node_has_is_refused() -> None:
 
 def test_threads_and_memory_of_the_workers_become_the_request() -> None:
     """`--worker-arg=--nthreads --worker-arg=4` asks for 4 CPUs per worker (it wrote 1)."""
-    text = script("generic", batch_system="slurm", workers_per_node=2, cluster_args=[
-        "--nthreads", "4", "--memory-limit", "6GB"])
+    text = script(
+        "generic",
+        batch_system="slurm",
+        workers_per_node=2,
+        cluster_args=["--nthreads", "4", "--memory-limit", "6GB"],
+    )
     assert "--cpus-per-task=4" in text and "--mem=11445M" in text
-    req = script("generic", batch_system="slurm", workers_per_node=2, cpus_per_worker=3,
-                 memory_per_worker="2GiB")
+    req = script(
+        "generic",
+        batch_system="slurm",
+        workers_per_node=2,
+        cpus_per_worker=3,
+        memory_per_worker="2GiB",
+    )
     assert "--cpus-per-task=3" in req and "--mem=4096M" in req
     assert "cpu 2 --nthreads 3 --memory-limit 2GiB -- python job.py" in req
 
@@ -121,8 +144,12 @@ def test_settings_that_disagree_with_the_worker_args_are_refused() -> None:
     with pytest.raises(UsageError, match="4 CPUs per worker, but the workers' --nthreads says 2"):
         script("generic", batch_system="slurm", cpus_per_worker=4, cluster_args=["--nthreads=2"])
     with pytest.raises(UsageError, match="--memory-limit says 1GB"):
-        script("generic", batch_system="pbs", memory_per_worker="2GB",
-               cluster_args=["--memory-limit", "1GB"])
+        script(
+            "generic",
+            batch_system="pbs",
+            memory_per_worker="2GB",
+            cluster_args=["--memory-limit", "1GB"],
+        )
     with pytest.raises(UsageError, match="--nthreads '0' is not a positive integer"):
         script("generic", batch_system="slurm", cluster_args=["--nthreads", "0"])
     with pytest.raises(UsageError, match="'lots' is not a memory size"):
@@ -132,16 +159,38 @@ def test_settings_that_disagree_with_the_worker_args_are_refused() -> None:
 @pytest.mark.parametrize(
     "system, expected",
     [
-        ("slurm", ["--nodes=2", "--ntasks-per-node=4", "--cpus-per-task=8", "--gres=gpu:4",
-                   "--mem=61036M"]),
+        (
+            "slurm",
+            [
+                "--nodes=2",
+                "--ntasks-per-node=4",
+                "--cpus-per-task=8",
+                "--gres=gpu:4",
+                "--mem=61036M",
+            ],
+        ),
         ("pbs", ["-l select=2:mpiprocs=4:ncpus=32:ngpus=4:mem=61036mb"]),
-        ("lsf", ["-n 8", '-R "span[ptile=4]"', '-R "affinity[core(8)]"', '-gpu "num=4"',
-                 '-R "rusage[mem=15259MB]"']),
+        (
+            "lsf",
+            [
+                "-n 8",
+                '-R "span[ptile=4]"',
+                '-R "affinity[core(8)]"',
+                '-gpu "num=4"',
+                '-R "rusage[mem=15259MB]"',
+            ],
+        ),
     ],
 )
 def test_a_plain_cluster_asks_for_everything(system: str, expected: list[str]) -> None:
-    text = script("generic", batch_system=system, worker_type="gpu", workers_per_node=4,
-                  cpus_per_worker=8, memory_per_worker="16GB")
+    text = script(
+        "generic",
+        batch_system=system,
+        worker_type="gpu",
+        workers_per_node=4,
+        cpus_per_worker=8,
+        memory_per_worker="16GB",
+    )
     lines = header(text)
     for piece in expected:
         assert any(piece in line for line in lines), (piece, lines)

@@ -39,6 +39,7 @@ from harness.slurm import SlurmCluster
 from support import PROBE, probe_result
 
 from dask_hpc.batch.script import JobRequest, render
+from dask_hpc.planning.sites import load_site
 
 pytestmark = [pytest.mark.apptainer, pytest.mark.timeout(600)]
 
@@ -57,8 +58,11 @@ SITE_DIRS = {
 MODULES = {
     "aurora": ["load apptainer"],
     "polaris": ["use /soft/modulefiles", "load spack-pe-base apptainer"],
-    "sophia": ["use /soft/spack/base/0.7.1/install/modulefiles/Core", "load apptainer",
-               "load compilers/openmpi"],
+    "sophia": [
+        "use /soft/spack/base/0.7.1/install/modulefiles/Core",
+        "load apptainer",
+        "load compilers/openmpi",
+    ],
     "summit": ["load apptainer"],
 }
 
@@ -117,8 +121,18 @@ def site_script(site: str, image: Path, tmp_path: Path, **kw: object) -> str:
     probe = tmp_path / "probe.py"
     shutil.copy(PROBE, probe)  # the image sees /tmp, not the checkout
     kw.setdefault("workers_per_node", 2)
-    return render(JobRequest(site=site, nodes=1, image=str(image), walltime="10",
-                             command=["python3", str(probe)], **kw))  # type: ignore[arg-type]
+    if load_site(site).account_required:  # ALCF's sites refuse a job that names no project
+        kw.setdefault("account", "proj")
+    return render(
+        JobRequest(
+            site=site,
+            nodes=1,
+            image=str(image),
+            walltime="10",
+            command=["python3", str(probe)],
+            **kw,
+        )
+    )  # type: ignore[arg-type]
 
 
 def checked(probe: dict, env_var: str | None, expected: dict[str, str] | None = None) -> None:
@@ -147,8 +161,11 @@ def test_alcf_pals_site_script_runs_emulated(
     log = module_stand_in(tmp_path / "site-bin")
     env = job_env(cluster_env, site_dirs)
     env.update(pbs_job_env(tmp_path, aurora_hosts(1), f"4242.{site}-pbs", 64))
-    env.update(PBS_O_WORKDIR=str(tmp_path), DASK_HPC_EMU_JOBDIR=str(tmp_path),
-               DASK_HPC_EMU_PYTHON=sys.executable)
+    env.update(
+        PBS_O_WORKDIR=str(tmp_path),
+        DASK_HPC_EMU_JOBDIR=str(tmp_path),
+        DASK_HPC_EMU_PYTHON=sys.executable,
+    )
     env["PATH"] = f"{BIN / 'pals'}:{tmp_path / 'site-bin'}:{env['PATH']}"
     (tmp_path / "job.pbs").write_text(script)
     result = run_cmd(["bash", "-x", "job.pbs"], env=env, cwd=tmp_path, timeout=420)
@@ -206,7 +223,12 @@ def _slurm_run(site_slurm: SlurmCluster, script: str, env: dict[str, str], tmp_p
 @pytest.mark.slurm
 @pytest.mark.parametrize("site", ["deepops", "frontier", "perlmutter"])
 def test_slurm_site_script_runs_on_slurm(
-    site: str, local_image: Path, site_dirs, site_slurm, cluster_env, tmp_path: Path,
+    site: str,
+    local_image: Path,
+    site_dirs,
+    site_slurm,
+    cluster_env,
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Submitted with sbatch to a real Slurm: its directives (Perlmutter's --constraint=gpu,
@@ -216,8 +238,15 @@ def test_slurm_site_script_runs_on_slurm(
     if site == "perlmutter":  # no image there (NERSC runs podman-hpc and Shifter)
         env["SCRATCH"] = str(tmp_path / "scratch")
         Path(env["SCRATCH"]).mkdir()
-        script = render(JobRequest(site=site, nodes=1, workers_per_node=2, walltime="10",
-                                   command=[sys.executable, str(PROBE)]))
+        script = render(
+            JobRequest(
+                site=site,
+                nodes=1,
+                workers_per_node=2,
+                walltime="10",
+                command=[sys.executable, str(PROBE)],
+            )
+        )
         assert "apptainer" not in script
     else:
         script = site_script(site, local_image, tmp_path)
@@ -288,6 +317,7 @@ def test_without_its_binds_the_sites_directories_are_unusable_in_the_image(
     assert bare.returncode == 2, bare.stdout + bare.stderr
     assert "is not usable (read-only file system)" in bare.stderr, bare.stderr
     binds = ",".join(SITE_DIRS[site])
-    bound = run_cmd(["apptainer", "exec", "--bind", binds, str(local_image), *plan],
-                    env=env, cwd=tmp_path)
+    bound = run_cmd(
+        ["apptainer", "exec", "--bind", binds, str(local_image), *plan], env=env, cwd=tmp_path
+    )
     assert bound.returncode == 0, bound.stderr

@@ -53,6 +53,7 @@ def test_scale_up_and_down_on_emulated(
         workers_per_node=2,
         site=site,
         walltime="00:10:00",
+        account="proj" if batch == "pbs" else None,  # ALCF's rule (polaris)
         # PBS gives a job no variable of the submitter's without -V: the script sets them.
         job_env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
         worker_args=["--local-directory", str(tmp_path / "local")],
@@ -81,7 +82,7 @@ def test_scale_up_and_down_on_emulated(
 
 def test_a_walltime_pbs_refuses_is_one_line_emulated(login_node, make_cluster, elastic_slurm):
     cluster = make_cluster("cpu", workers_per_node=1, site="polaris", walltime="02:00:00",
-                           queue="debug")
+                           queue="debug", account="proj")
     with pytest.raises(UsageError) as error:
         cluster.scale(jobs=2)
     text = str(error.value)

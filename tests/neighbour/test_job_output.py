@@ -14,7 +14,7 @@ from pathlib import Path
 
 from harness.neighbour import Neighbour, shared_place
 
-ARGS = ["--site", "aurora", "--nodes", "1", "--", "python", "job.py"]
+ARGS = ["--site", "aurora", "--nodes", "1", "--account", "proj", "--", "python", "job.py"]
 
 
 def hpc_job(*args: str) -> subprocess.CompletedProcess[str]:

@@ -27,8 +27,11 @@ PROG = "hpc-job"
 
 # Each option: (help text, type). The one list invoke's `job` task takes its help from too.
 OPTIONS: dict[str, tuple[str, type]] = {
-    "site": ("the site whose batch system, launcher and image to use (default: detected, "
-             "else generic; see the site table in docs/sites.md)", str),
+    "site": (
+        "the site whose batch system, launcher and image to use (default: detected, "
+        "else generic; see the site table in docs/sites.md)",
+        str,
+    ),
     "nodes": ("number of nodes", str),
     "workers_per_node": ("workers (ranks) per node (default: GPUs per node, else 1)", int),
     "worker_type": ("cpu or gpu (default: gpu where the site has GPUs)", str),
@@ -39,23 +42,40 @@ OPTIONS: dict[str, tuple[str, type]] = {
     "job_name": ("job name (default dask-hpc)", str),
     "log": ("job log file (default: the batch system's usual name)", str),
     "output": ("write the script here instead of stdout", str),
-    "image_key": ("the site's public key (PEM): the job verifies the image with it before any "
-                  "rank starts (default: dask config hpc.image-key)", str),
+    "image_key": (
+        "the site's public key (PEM): the job verifies the image with it before any "
+        "rank starts (default: dask config hpc.image-key)",
+        str,
+    ),
     "no_verify": ("do not verify the image (explicit opt-out)", bool),
     "gpus_per_node": ("GPUs each node of the job asks for (default: one per gpu worker)", int),
-    "cpus_per_worker": ("CPUs each worker asks for, and its threads (default: the node's CPUs "
-                        "shared out; where the site profile does not know them, Slurm is "
-                        "asked)", int),
-    "memory_per_worker": ("memory each worker asks for, and its limit (e.g. 16GB; default: "
-                          "not asked)", str),
-    "batch_system": ("slurm, pbs, lsf or cobalt (default: the site's): a plain cluster is "
-                     "--site generic --batch-system pbs", str),
-    "launcher": ("the launcher in the job (default: the site's, else the batch system's; "
-                 "mpi: the job's own mpiexec, Open MPI, MPICH or PALS, told apart when it "
-                 "runs)", str),
-    "python": ("without an image: the Python with dask-hpc that every rank runs (PYTHON -P "
-               "-m dask_hpc, never the submit directory on its module path; default: the "
-               "start-cluster command on the job's PATH)", str),
+    "cpus_per_worker": (
+        "CPUs each worker asks for, and its threads (default: the node's CPUs "
+        "shared out; where the site profile does not know them, Slurm is "
+        "asked)",
+        int,
+    ),
+    "memory_per_worker": (
+        "memory each worker asks for, and its limit (e.g. 16GB; default: not asked)",
+        str,
+    ),
+    "batch_system": (
+        "slurm, pbs, lsf, flux or cobalt (default: the site's): a plain cluster "
+        "is --site generic --batch-system pbs",
+        str,
+    ),
+    "launcher": (
+        "flux, jsrun, mpi, mpich, openmpi, pals or slurm, one the batch system runs "
+        "(default: the site's, else the batch system's; mpi: the job's own mpiexec, "
+        "Open MPI, MPICH or PALS, told apart when it runs)",
+        str,
+    ),
+    "python": (
+        "without an image: the Python with dask-hpc that every rank runs (PYTHON -P "
+        "-m dask_hpc, never the submit directory on its module path; default: the "
+        "start-cluster command on the job's PATH)",
+        str,
+    ),
 }
 
 
@@ -64,16 +84,41 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message, f"see {PROG} --help")
 
 
+def choices(name: str) -> list[str] | None:
+    """The values ``--name`` takes where they are a list (batch systems, launchers)."""
+    from .launch import data
+    from .rules import launcher_names
+
+    if name == "batch_system":
+        return list(data()["batch_systems"])
+    return launcher_names() if name == "launcher" else None
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, usage=f"{PROG} --nodes N [options] -- COMMAND [ARGS...]",
-                description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    from .. import __version__
+
+    first, rest = __doc__.split("\n\n", 1)
+    p = _Parser(
+        prog=PROG,
+        usage=f"{PROG} --nodes N [options] -- COMMAND [ARGS...]",
+        description=first.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=rest.replace("``", ""),
+    )
+    p.add_argument("--version", action="version", version=f"dask-hpc {__version__}")
     for name, (text, kind) in OPTIONS.items():
         flag = "--" + name.replace("_", "-")
         if kind is bool:
             p.add_argument(flag, action="store_true", help=text)
         else:
-            p.add_argument(flag, required=name == "nodes", help=text)
+            listed = choices(name)
+            p.add_argument(
+                flag,
+                required=name == "nodes",
+                help=text,
+                choices=listed,
+                metavar=name.upper() if listed else None,
+            )
     return p
 
 
@@ -128,11 +173,26 @@ def request(args: argparse.Namespace, command: Sequence[str]) -> JobRequest:
 
 def write(args: argparse.Namespace, command: Sequence[str]) -> int:
     """Render the script and write it (to ``--output``, executable, or to stdout)."""
+    from ..planning.sites import load_site
+    from .rules import check_executable, retired_warning
     from .script import render
 
-    text = render(request(args, command))
+    job = request(args, command)
+    if command:
+        check_executable(command[0])  # rank 0 would say only "not found", once the job runs
+    text = render(job)
+    warning = retired_warning(load_site(job.site))
+    if warning:
+        sys.stderr.write(f"{PROG}: {warning}\n")
     if args.output:  # a new file renamed over it: never through a link another user planted
-        private.write_file(Path(args.output), text.encode(), mode=0o755)
+        output = Path(args.output)
+        try:
+            private.write_file(output, text.encode(), mode=0o755)
+        except OSError as error:  # no such directory, /proc, a read-only file system
+            raise UsageError(
+                f"--output {output}: cannot write there ({error.strerror or error})",
+                "give a path in a directory of yours, or leave --output out for stdout",
+            ) from None
         return 0
     try:
         sys.stdout.write(text)

@@ -20,7 +20,7 @@ from typing import Any
 from ..errors import UsageError
 from ..guard import images, private
 from ..planning.sites import Site, load_site
-from . import container, cpus, requests
+from . import clean_env, container, cpus, requests, rules
 from . import image as image_lines
 from .launch import (  # noqa: F401  (launch_command, status_from_rank0: used from here too)
     apptainer_gpu_flag,
@@ -114,10 +114,7 @@ def launcher_for(site: Site, batch_system: str, override: str | None = None) -> 
     """The launcher of jobs on ``site`` under ``batch_system``: asked for, the site's, else the
     batch system's usual one (a plain Slurm cluster: srun)."""
     if override:
-        if override not in data()["launchers"]:
-            raise UsageError(
-                f"unknown launcher {override!r}", f"use one of: {', '.join(data()['launchers'])}"
-            )
+        rules.check_launcher(override, batch_system)  # never srun in a #PBS job
         return override
     if site.batch_system == batch_system and site.launcher != "none":
         return site.launcher
@@ -169,7 +166,23 @@ def render(req: JobRequest) -> str:
         worker_args=req.cluster_args,
         queue=queue,
     )
-    walltime = format_walltime(system["walltime"], parse_walltime(req.walltime))
+    seconds = parse_walltime(req.walltime)
+    for option, value, example in (
+        ("account", req.account, "MyProject"),
+        ("queue", req.queue, "debug"),
+        ("job-name", req.job_name, "dask-hpc"),
+    ):
+        rules.check_name(option, value, example)
+    if own is site:  # the site's rules are its own batch system's
+        rules.check_site_rules(
+            site,
+            system,
+            account=req.account,
+            queue=req.queue,
+            walltime=seconds,
+            directives=req.directives,
+        )
+    walltime = format_walltime(system["walltime"], seconds)
     image = req.image or (None if req.python else site.image)
 
     def directive(fmt: str | None, *args: object, **kw: object) -> list[str]:
@@ -195,6 +208,7 @@ def render(req: JobRequest) -> str:
         binds = container.bind_lines(site)  # its directories outside Apptainer's defaults
         setup += binds
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
+    setup += clean_env.lines()  # last: after module loads, before anything the job starts
     launch = _launch(req, site, name, shape, worker_type, image, bool(binds))
     where = "one container per rank" if image else "this Python environment on every rank"
     if req.program is not None:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..batch.rules import check_executable, launcher_names, retired_warning
 from ..errors import UsageError
 from ..guard import private
 from ..guard.connection import read_scheduler_file
@@ -35,9 +36,18 @@ from ..guard.links import hint, links, private_stream, shown
 PROG = "hpc-cluster"
 # HPCCluster's settings that pass from the options as they are (the others: _cluster_kwargs)
 MORE_SETTINGS = (
-    "launcher", "pool", "scheduler_walltime", "lifetime_margin", "cpus_per_worker",
-    "memory_per_worker", "gpus_per_node", "interface", "dashboard_address", "directory",
-    "log_directory", "name",
+    "launcher",
+    "pool",
+    "scheduler_walltime",
+    "lifetime_margin",
+    "cpus_per_worker",
+    "memory_per_worker",
+    "gpus_per_node",
+    "interface",
+    "dashboard_address",
+    "directory",
+    "log_directory",
+    "name",
 )
 
 
@@ -72,9 +82,13 @@ def key_value(text: str) -> tuple[str, str]:
 
 
 def _cluster_options(p: argparse.ArgumentParser) -> None:
+    def repeated(flag: str, metavar: str, text: str, kind: Any = str) -> None:
+        p.add_argument(flag, action="append", type=kind, metavar=metavar, help=f"{text} (repeat)")
+
     p.add_argument("kind", choices=("cpu", "gpu"), help="the workers of the first pool")
-    p.add_argument("--workers-per-node", type=count)
-    p.add_argument("--nodes-per-job", type=count)
+    wpn = "workers (ranks) per node (default: GPUs per node for gpu, else 1)"
+    p.add_argument("--workers-per-node", type=count, help=wpn)
+    p.add_argument("--nodes-per-job", type=count, help="nodes each job asks for (default 1)")
     p.add_argument("--site", help="site profile (default: detected)")
     p.add_argument("--account", help="project to charge")
     p.add_argument("--queue", help="queue or partition")
@@ -82,18 +96,19 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image", help="Apptainer image the workers run in (default: this Python)")
     p.add_argument("--batch-system", help="slurm, pbs, lsf or flux (default: detected)")
     p.add_argument("--scheduler", choices=("local", "job"), help="where the scheduler runs")
-    p.add_argument("--job-directive", action="append", default=None, metavar="LINE")
-    p.add_argument("--job-setup", action="append", default=None, metavar="SHELL_LINE")
-    p.add_argument("--job-env", action="append", type=key_value, default=None,
-                   metavar="NAME=VALUE")
-    p.add_argument("--worker-arg", action="append", default=None, metavar="ARG",
-                   help="a start-cluster option for the workers (repeat: --worker-arg=--nthreads "
-                   "--worker-arg=4)")
-    p.add_argument("--launcher", help="the launcher in each job (default: the site's)")
+    repeated("--job-directive", "LINE", "one more header line of each job, without #SBATCH/#PBS")
+    repeated("--job-setup", "SHELL_LINE", "a shell line each job runs before its ranks")
+    repeated("--job-env", "NAME=VALUE", "a variable each job exports", key_value)
+    repeated("--worker-arg", "ARG", "a start-cluster option for the workers: --worker-arg="
+             "--nthreads --worker-arg=4")  # fmt: skip
+    names = launcher_names()
+    p.add_argument("--launcher", choices=names, metavar="LAUNCHER",
+                   help=f"the launcher in each job: {', '.join(names)}, one the batch system "
+                   "runs (default: the site's)")  # fmt: skip
     p.add_argument("--pool", help="the first pool's name (default: KIND)")
     p.add_argument("--scheduler-walltime", help="the scheduler job's walltime (--scheduler job)")
-    p.add_argument("--lifetime-margin", type=float, metavar="SECONDS",
-                   help="seconds before the walltime by which workers retire")
+    margin = "seconds before the walltime by which workers retire"
+    p.add_argument("--lifetime-margin", type=float, metavar="SECONDS", help=margin)
     p.add_argument("--cpus-per-worker", type=count, help="CPUs each worker asks for")
     p.add_argument("--memory-per-worker", help="memory each worker asks for, e.g. 16GB")
     p.add_argument("--gpus-per-node", type=count, help="GPUs a gpu job asks for per node")
@@ -105,8 +120,16 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog=PROG, description=__doc__.split("\n\n")[0],
-                formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    from .. import __version__
+
+    first, rest = __doc__.split("\n\n", 1)
+    p = _Parser(
+        prog=PROG,
+        description=first.replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=rest.replace("``", ""),
+    )
+    p.add_argument("--version", action="version", version=f"dask-hpc {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     up = sub.add_parser("up", help="start a cluster (and run COMMAND on it)")
     _cluster_options(up)
@@ -114,14 +137,22 @@ def build_parser() -> argparse.ArgumentParser:
     size.add_argument("--jobs", type=count, default=0, help="jobs to keep (default 0)")
     size.add_argument("--adapt", type=jobs_range, metavar="MIN:MAX", help="adapt in jobs")
     up.add_argument("--scheduler-file", help="also reachable here (a link), for the others")
-    up.add_argument("--wait", type=count, metavar="WORKERS",
-                    help="workers to wait for before COMMAND (default: all of --jobs)")
+    up.add_argument(
+        "--wait",
+        type=count,
+        metavar="WORKERS",
+        help="workers to wait for before COMMAND (default: all of --jobs)",
+    )
     up.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for them")
     script = sub.add_parser("script", help="print the job script, submit nothing")
     _cluster_options(script)
-    for name, text in (("scale", "set a pool's jobs"), ("adapt", "adapt a pool in jobs"),
-                       ("status", "the pools and their jobs"), ("down", "close the cluster"),
-                       ("links", "print the cluster's links, tokens included")):
+    for name, text in (
+        ("scale", "set a pool's jobs"),
+        ("adapt", "adapt a pool in jobs"),
+        ("status", "the pools and their jobs"),
+        ("down", "close the cluster"),
+        ("links", "print the cluster's links, tokens included"),
+    ):
         s = sub.add_parser(name, help=text)
         s.add_argument("scheduler_file", metavar="SCHEDULER_FILE")
         if name in ("scale", "adapt"):
@@ -135,8 +166,9 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "status":
             s.add_argument("--json", action="store_true")
         if name == "down":
-            s.add_argument("--timeout", type=float, default=300.0,
-                           help="seconds to wait for every job to end")
+            s.add_argument(
+                "--timeout", type=float, default=300.0, help="seconds to wait for every job to end"
+            )
     return p
 
 
@@ -173,8 +205,12 @@ def _cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 def up(args: argparse.Namespace, command: list[str]) -> int:
     from .cluster import HPCCluster
 
-    if command and not _which(command[0]):
-        raise UsageError(f"command {command[0]!r} not found", "check the name, or its path")
+    if command:
+        _check_command(command[0])
+        if not args.jobs and not args.adapt:  # it would run on no worker at all
+            raise UsageError(
+                "COMMAND would run on a cluster of no workers", "give --jobs N or --adapt MIN:MAX"
+            )
     link = Path(args.scheduler_file).expanduser() if args.scheduler_file else None
     if link is not None and not link.parent.is_dir():
         raise UsageError(f"--scheduler-file {link}: no directory {link.parent}", "create it first")
@@ -182,6 +218,9 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, frame: stop.append(signum))
     cluster = HPCCluster(**_cluster_kwargs(args))
+    warning = retired_warning(cluster.site)
+    if warning:
+        say(warning)
     try:
         cluster.remote_control = True
         if link is not None:
@@ -214,6 +253,10 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
             cluster.close_requested.wait(0.5)
         code = proc.returncode
         return 128 - code if code < 0 else code
+    except UsageError as error:  # a pool the cluster stopped: it said so, in these words
+        if not cluster.quiet and any(str(error) == p.broken for p in cluster.pools.values()):
+            error.said = True  # type: ignore[attr-defined]
+        raise
     finally:
         cluster.close()
         if link is not None and link.is_symlink():
@@ -225,10 +268,13 @@ def _workers_per_job(cluster: Any) -> int:
     return next(iter(cluster.pools.values())).workers_per_job
 
 
-def _which(name: str) -> bool:
+def _check_command(name: str) -> None:
+    """COMMAND can run here, or a UsageError that says why not and what to do."""
     import shutil
 
-    return shutil.which(name) is not None
+    check_executable(name)
+    if shutil.which(name) is None:
+        raise UsageError(f"command {name!r} not found", "check the name, or its path")
 
 
 def script(args: argparse.Namespace) -> int:
@@ -242,6 +288,9 @@ def script(args: argparse.Namespace) -> int:
     settings = _cluster_kwargs(args)
     del settings["name"]  # the running cluster's, not a job's
     HPCCluster._settle(probe, **settings, check_commands=False)
+    warning = retired_warning(probe.site)
+    if warning:
+        say(warning)
     pool = next(iter(probe.pools.values()))
     name = naming.job_name(probe.cluster_id, pool.name, 1)
     sys.stdout.write(scripts.render(probe._request(pool, name)))
@@ -293,9 +342,11 @@ def remote(args: argparse.Namespace) -> int:
                 print(f"cluster {status['cluster']}  dashboard {dashboard}")
                 print("pool  kind  workers/job  jobs  queued  running  workers  adapt")
                 for row in status["pools"]:
-                    print(f"{row['pool']}  {row['kind']}  {row['workers_per_job']}  "
-                          f"{row['target_jobs']}  {row['queued']}  {row['running']}  "
-                          f"{row['workers']}  {row['adapt'] or '-'}")
+                    print(
+                        f"{row['pool']}  {row['kind']}  {row['workers_per_job']}  "
+                        f"{row['target_jobs']}  {row['queued']}  {row['running']}  "
+                        f"{row['workers']}  {row['adapt'] or '-'}"
+                    )
             return 0
         if args.command == "down":  # answered by the cluster's end: its files go last
             target = path.resolve()
@@ -326,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``hpc-cluster`` console script."""
     from ..guard.import_path import settle
 
-    settle()  # the working directory on sys.path only if nobody else can change it
+    for line in settle():  # the working directory on sys.path only if nobody else can change it
+        say(line)
     argv = sys.argv[1:] if argv is None else argv
     try:
         options, command = split_command(argv)
@@ -341,7 +393,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return print_links(Path(args.scheduler_file).expanduser())
         return remote(args)
     except (UsageError, ImageError) as error:
-        say(f"error: {error}")
+        if not getattr(error, "said", False):  # not already said by the cluster itself
+            say(f"error: {error}")
         return error.exit_code
     except KeyboardInterrupt:
         return 130

@@ -29,7 +29,6 @@ import os
 import stat
 import sys
 
-OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH  # as private.OTHERS_WRITE (which imports more)
 
 # The variables that name directories searched for code, by what reads them.
 VARIABLES = (
@@ -45,13 +44,26 @@ VARIABLES = (
 )
 
 
+def _writable(step: str, st: os.stat_result) -> bool:
+    """Can a user other than the owner write directory ``step``? Group write counts unless
+    the group is root's (gid 0: images and system trees made under umask 002, whose members
+    are root's own); nothing counts on a read-only mount (an image's squashfs)."""
+    mode = st.st_mode
+    if not (mode & stat.S_IWOTH or (mode & stat.S_IWGRP and st.st_gid != 0)):
+        return False
+    try:
+        return not os.statvfs(step).f_flag & os.ST_RDONLY
+    except OSError:
+        return True
+
+
 def writable_by_others(path: str) -> str | None:
     """Why another user could change what directory ``path`` (absolute) holds, or None.
 
     Each directory from ``/`` down to ``path`` (or to the deepest one that exists: another
-    user could make the rest) must not be writable by group or others, except a sticky one
-    above the last (they cannot rename what is not theirs there). Symbolic links are
-    followed as the kernel does (``os.stat``).
+    user could make the rest) must not be writable by others (:func:`_writable`), except a
+    sticky one above the last (they cannot rename what is not theirs there). Symbolic links
+    are followed as the kernel does (``os.stat``).
     """
     parts = [p for p in os.path.normpath(path).split("/") if p]
     steps = ["/"] + ["/" + "/".join(parts[: i + 1]) for i in range(len(parts))]
@@ -64,11 +76,12 @@ def writable_by_others(path: str) -> str | None:
         if not stat.S_ISDIR(st.st_mode) and at < len(steps) - 1:
             return None  # a file on the way: nothing can be found below it
         last = (step, st, at == len(steps) - 1)
-        if st.st_mode & OTHERS_WRITE and not (st.st_mode & stat.S_ISVTX and at < len(steps) - 1):
+        sticky_above = st.st_mode & stat.S_ISVTX and at < len(steps) - 1
+        if not sticky_above and _writable(step, st):
             return f"{step} can be written by other users (mode {stat.S_IMODE(st.st_mode):04o})"
     if last is not None and not last[2]:  # it does not exist: who could make it?
         step, st, _ = last
-        if st.st_mode & OTHERS_WRITE:
+        if _writable(step, st):
             return f"{path} does not exist and {step} can be written by other users"
     return None
 

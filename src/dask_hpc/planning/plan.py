@@ -173,8 +173,12 @@ def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
         return "workers-per-node", rank.size, wpn
     raise UsageError(
         f"this node runs {rank.local_size} ranks but WORKERS_PER_NODE is {wpn}",
-        f"launch {wpn} ranks per node (one worker each) or 1 rank per node "
-        f"(it starts {wpn} workers)",
+        f"give WORKERS_PER_NODE {rank.local_size} (one worker per rank), or launch "
+        + (
+            f"{wpn} ranks per node (one worker each) or 1 rank per node (it starts {wpn} workers)"
+            if wpn > 1
+            else "1 rank per node"
+        ),
     )
 
 
@@ -257,6 +261,12 @@ def _check_command(settings: Settings, rank: launchers.RankInfo) -> None:
         )
     if not rank.is_first or settings.join:
         return
+    name = settings.command[0] if settings.command else ""
+    if "/" in name and os.path.isfile(name) and not os.access(name, os.X_OK):
+        raise UsageError(
+            f"command {name!r} is not executable",
+            f"chmod +x {name}, or run it with its interpreter, e.g. -- python {name}",
+        )
     if settings.command and shutil.which(settings.command[0]) is None:
         raise UsageError(
             f"command {settings.command[0]!r} not found", "check the name, or give its full path"

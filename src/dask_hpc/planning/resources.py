@@ -188,9 +188,16 @@ def check_worker_memory(value: int, text: str | int, what: str) -> int:
 
         from ..errors import UsageError
 
+        bare = str(text).strip()
+        if "." in bare and bare.replace(".", "", 1).isdigit():  # 1.5: a fraction over 1?
+            raise UsageError(
+                f"{what} {text!r} is no share of the node's memory (a fraction is at most 1) "
+                f"and, as bytes, {format_bytes(value)}",
+                f"give a unit, e.g. {bare}GB",
+            )
         raise UsageError(
             f"{what} {text!r} is {format_bytes(value)}, too little for a Dask worker (at least "
             f"{format_bytes(MIN_WORKER_MEMORY)})",
-            "give a unit, e.g. 16GB (a bare number is bytes)",
+            f"give a unit, e.g. {bare if bare.isdigit() else 16}GB (a bare number is bytes)",
         )
     return value

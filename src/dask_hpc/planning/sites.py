@@ -25,6 +25,16 @@ CPU_BINDS = ("launcher", "list")  # list: explicit lists of CPUs per rank (batch
 
 
 @dataclass(frozen=True)
+class DefaultQueue:
+    """The queue (or QOS) a site's batch system puts a job in that names none, and its
+    walltime limit (``batch.default_queue``: NERSC's debug QOS on Perlmutter)."""
+
+    name: str
+    walltime: str  # HH:MM:SS
+    source: str  # where the site says so, and when it was read
+
+
+@dataclass(frozen=True)
 class Site:
     """One site profile (see ``sites/*.yaml``)."""
 
@@ -59,6 +69,10 @@ class Site:
     batch_cpu_bind: str = "launcher"  # how a launcher binds ranks: its own way, or list
     batch_gpu_bind: str | None = None  # launcher options that give each gpu rank its GPU
     batch_container: str | None = None  # why the site's jobs run no image (image: null)
+    # A job must name the project it charges (batch.account): where the site says so, and when
+    # it was read; None where a job may name none (the user's default project is charged).
+    account_required: str | None = None
+    default_queue: DefaultQueue | None = None  # batch.default_queue
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -81,6 +95,28 @@ def expand_vars(path: str | None, env: Mapping[str, str]) -> str | None:
     if missing:
         return None
     return re.sub(r"\$\{?(\w+)\}?", lambda m: env[m.group(1)], path)
+
+
+def _sourced(name: str, key: str, rule: Mapping[str, Any], *fields: str) -> str:
+    """``SOURCE, read DATE`` of a rule of the profile: each one says where the site states it
+    and when that was read, or the profile is refused."""
+    missing = [f for f in ("source", "read", *fields) if not rule.get(f)]
+    if missing:
+        raise ValueError(f"site {name}: batch.{key} has no {', '.join(missing)}")
+    return f"{rule['source']}, read {rule['read']}"
+
+
+def _account_required(name: str, batch: Mapping[str, Any]) -> str | None:
+    rule = batch.get("account") or {}
+    return _sourced(name, "account", rule) if rule.get("required") else None
+
+
+def _default_queue(name: str, batch: Mapping[str, Any]) -> DefaultQueue | None:
+    rule = batch.get("default_queue")
+    if not rule:
+        return None
+    source = _sourced(name, "default_queue", rule, "name", "walltime")
+    return DefaultQueue(str(rule["name"]), str(rule["walltime"]), source)
 
 
 def _from_mapping(data: Mapping[str, Any]) -> Site:
@@ -120,6 +156,8 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         batch_cpu_bind=str(batch.get("cpu_bind") or "launcher"),
         batch_gpu_bind=batch.get("gpu_bind"),
         batch_container=batch.get("container"),
+        account_required=_account_required(data["name"], batch),
+        default_queue=_default_queue(data["name"], batch),
     )
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")

@@ -1,10 +1,11 @@
 # Search paths cleaned before the job starts any program (a planted srun, python or module in
 # an empty, relative or shared entry would run as you): dask_hpc.guard.search_paths, in shell.
-dask_hpc_shared() {  # why others could change directory $1, or nothing
-  local at=$1 mode deepest=1
+dask_hpc_shared() {  # why others could change directory $1, or nothing (group 0: root's)
+  local at=$1 mode gid deepest=1
   while :; do
-    if mode=$(stat -L -c %a -- "$at" 2>/dev/null); then
-      if [ $((0$mode & 022)) != 0 ] && [ -n "$deepest" -o $((0$mode & 01000)) = 0 ]; then
+    if read -r mode gid < <(stat -L -c '%a %g' -- "$at" 2>/dev/null); then
+      if [ $((0$mode & 2)) != 0 -o $((0$mode & 020)) != 0 -a "$gid" != 0 ] &&
+        [ -n "$deepest" -o $((0$mode & 01000)) = 0 ]; then
         echo "$at can be written by other users (mode $mode)"; return
       fi
       deepest=
