@@ -7,10 +7,11 @@ export DEBIAN_FRONTEND=noninteractive
 # sshfs, openssh-server: a network file system between the Ansible tests' nodes (no NFS in the
 # CI kernel); docker-registry: the OCI registry the image tests push to and pull from; gpg,
 # gpgv, xz-utils: ansible.sh's root filesystems (here, so that no later part, run side by side
-# with others, needs apt-get).
+# with others, needs apt-get). r-base-core: a real Rscript, which jupyter-lsp's language-server
+# detection runs (and R reads ./.Rprofile): tests/neighbour/test_jupyter_private.py.
 need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps
       iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl
-      gpg gpgv xz-utils)
+      gpg gpgv xz-utils r-base-core)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

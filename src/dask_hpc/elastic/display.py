@@ -42,13 +42,14 @@ class Display:
 
     @property
     def dashboard_link(self) -> str:
-        """The dashboard without its token (the widget and the repr land in notebooks, files
-        others may read): :attr:`dashboard_login` once, and the browser holds the token."""
+        """The dashboard without its token, as the widget and the repr show it (they land in
+        notebooks, files others may read); open :attr:`dashboard_login` once and the browser
+        holds the token."""
         return self._dashboard(with_token=False)
 
     @property
     def dashboard_login(self) -> str:
-        """The dashboard with its token: for a terminal or the owner's own eyes only."""
+        """The dashboard with its token, for a terminal or the owner's own eyes only."""
         return self._dashboard(with_token=True)
 
     def _dashboard(self, with_token: bool) -> str:

@@ -29,7 +29,6 @@ import os
 import stat
 import sys
 
-
 # The variables that name directories searched for code, by what reads them.
 VARIABLES = (
     "PYTHONPATH",  # Python: modules

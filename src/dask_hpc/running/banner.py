@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import socket
 from collections.abc import Mapping
 
@@ -21,35 +22,52 @@ def needs_tunnel(plan: Plan, env: Mapping[str, str]) -> bool:
     return plan.rank.launcher != "none" or any(env.get(var) for var in REMOTE_SESSION)
 
 
+def _forward(port: int, target: str, last: bool) -> str:
+    """One hop's ``-L``: to ``target``'s ``port`` (an address), or, from the node's hop, to
+    ``target`` itself (a Unix socket's path; the hops before forward to the next one's
+    loopback, where the next ssh listens)."""
+    if not target.startswith("/"):
+        return f"-L {LOOPBACK}:{port}:{link_host(target)}:{port}"
+    return f"-L {LOOPBACK}:{port}:" + (shlex.quote(target) if last else f"{LOOPBACK}:{port}")
+
+
 def ssh_tunnel(hops: tuple[str, ...], node: str, ports: list[tuple[int, str]]) -> str:
     """The ssh command that forwards ``ports`` from the user's machine to ``node``.
 
     ``hops``: the site's login path (bastion, login node); none known: ssh to the node itself.
-    ``ports``: (port, the address it listens on at the node).
+    ``ports``: (port, where it goes on the node: the address it listens on there, or the path
+    of a Unix socket, which ``port`` at the user's end is forwarded to: JupyterLab's).
     Each hop listens on, and forwards to, the literal loopback address (sshd would try ``::1``
     first for ``localhost``, where another user of the host may listen on the same port), and
     gives up when it cannot listen (``ExitOnForwardFailure``; a port another user of a login
     node holds would otherwise receive what the hop before sends: with ``-L PORT:...`` ssh
     listens on both loopbacks and is content with either).
     """
-    forwards = " ".join(f"-L {LOOPBACK}:{p}:{link_host(host)}:{p}" for p, host in ports)
     first, *rest = [*hops, node]
-    ssh = f"ssh -t -o ExitOnForwardFailure=yes {forwards}"
-    parts = [f"{ssh} {getpass.getuser()}@{first}"]
-    parts += [f"{ssh} {hop}" for hop in rest]
+    ssh = "ssh -t -o ExitOnForwardFailure=yes"
+
+    def forwards(last: bool) -> str:
+        return " ".join(_forward(port, target, last) for port, target in ports)
+
+    parts = [f"{ssh} {forwards(not rest)} {getpass.getuser()}@{first}"]
+    parts += [f"{ssh} {forwards(i == len(rest) - 1)} {hop}" for i, hop in enumerate(rest)]
     return " ".join(parts)
 
 
 def ready_message(
     plan: Plan,
     info: SchedulerInfo,
-    jupyter_port: int | None = None,
+    jupyter: tuple[int, str] | None = None,
     env: Mapping[str, str] | None = None,
     whole_links: bool = False,
 ) -> str:
-    """The ready block; links with their tokens only if ``whole_links`` (a terminal: links.py)."""
+    """The ready block; links with their tokens only if ``whole_links`` (a terminal: links.py).
+
+    ``jupyter``: (the port of JupyterLab's link, its Unix socket). Without a tunnel (the
+    user's own machine) the forward to the socket goes through ``ssh localhost``.
+    """
     node = socket.gethostname()
-    ports = [(jupyter_port, LOOPBACK)] if jupyter_port else []
+    ports = [jupyter] if jupyter else []
     ports += [(info.dashboard_port, info.dashboard_host)] if info.dashboard_port else []
     lines = [
         f"Dask cluster ready: {plan.total_workers} {plan.worker_type} workers on {plan.nodes} "
@@ -70,4 +88,7 @@ def ready_message(
     if ports and needs_tunnel(plan, os.environ if env is None else env):
         lines.append("  from your own machine, open the tunnel first:")
         lines.append(f"    {ssh_tunnel(plan.site.ssh_hops, node, ports)}")
+    elif jupyter:
+        lines.append("  jupyterlab serves on a Unix socket only you can open: forward its port")
+        lines.append(f"    {ssh_tunnel((), 'localhost', [jupyter])}")
     return "\n".join(lines)

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..errors import StartupError, UsageError, say
 from ..guard import private, security
@@ -31,6 +32,9 @@ from . import children, flux_job, given_up, nanny_host, roster
 from .banner import ready_message
 from .rank import SIGNAL_BUDGET, Rank, exit_status, shell_code
 from .roll_call import RollCall
+
+if TYPE_CHECKING:  # imported when --jupyter starts it
+    from .jupyter import JupyterLab
 
 SHUTDOWN_GRACE = 30.0
 EXIT_RANK_LOST = 5  # rank 0, with --abort-on-node-loss: a rank was lost while the cluster ran
@@ -66,7 +70,7 @@ class FirstRank(Rank):
         self.workers: dict[str, str] = {}  # address -> name
         self._buffer = b""
         self.command: subprocess.Popen[bytes] | None = None
-        self.jupyter: subprocess.Popen[bytes] | None = None
+        self.jupyter: JupyterLab | None = None
         self.scheduler_spec = next(p for p in plan.processes if p.role == "scheduler")
         self.scheduler_status = 0  # its exit code once it ended (negative: killed by a signal)
         self.roll_call = RollCall(plan)
@@ -236,16 +240,16 @@ class FirstRank(Rank):
             return self._abort(self._startup_failure() or missing)
         flux_job.finish(self.flux_request)  # sent at start: done long before this
         self.flux_request = None
-        jupyter_port = None
+        jupyter = None  # (the port of its link, its Unix socket) for the ready block
         if plan.jupyter:
             from .jupyter import start_jupyter
 
-            started = start_jupyter(plan, self.info)  # None: said why, nothing to link
-            if started is not None:
-                self.jupyter, jupyter_url, jupyter_port = started
-                self.info = dataclasses.replace(self.info, jupyter_link=jupyter_url)
+            self.jupyter = start_jupyter(plan, self.info)  # None: said why, nothing to link
+            if self.jupyter is not None:
+                jupyter = (self.jupyter.port, str(self.jupyter.socket))
+                self.info = dataclasses.replace(self.info, jupyter_link=self.jupyter.url)
                 write_scheduler_file(plan.scheduler_file, self.info)  # `hpc-cluster links`
-        say(ready_message(plan, self.info, jupyter_port, whole_links=private_stream()))
+        say(ready_message(plan, self.info, jupyter, whole_links=private_stream()))
         self.roll_call.ready = True
         if plan.command:
             parent = os.getpid()  # COMMAND gets SIGTERM if this rank is killed
@@ -356,7 +360,9 @@ class FirstRank(Rank):
         return status
 
     def _cleanup(self) -> None:
-        for proc in (self.jupyter, self.command, self.flux_request):
+        if self.jupyter is not None:
+            self.jupyter.stop()  # and its private runtime directory
+        for proc in (self.command, self.flux_request):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:
