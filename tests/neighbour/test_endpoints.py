@@ -1,4 +1,4 @@
-"""Addresses the owner is shown are the owner's: the tunnel, JupyterLab's port, its kernels.
+"""Addresses the owner is shown are the owner's: the tunnel, JupyterLab's link, its kernels.
 
 Before (85c333f), as the other user of the node:
 - the printed tunnel forwarded to ``localhost:PORT``; where ``localhost`` is also ``::1``
@@ -10,19 +10,28 @@ Before (85c333f), as the other user of the node:
   at their listener, with the token;
 - JupyterLab's kernels started as ``python -m ipykernel_launcher`` in the notebook's directory:
   the other user's ``ipykernel_launcher.py`` there ran as the owner.
+
+Before (00a0f72), JupyterLab still listened on TCP (127.0.0.1, a port its own process bound,
+linked from its server file). Now it serves on a Unix socket only (0600, in a private 0700
+directory), its kernels talk ZMQ over IPC, the link's port is the user's end of the tunnel
+(``hpc.jupyter-port``), and the tunnel's last hop forwards it to the socket: no port of
+JupyterLab's is on a command line or bound on the node, so the race for it is gone, and the
+test of it became one that the other user holding the configured port changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
+import os
 import select
+import shlex
 import signal
 import socket
-import time
+import stat
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import psutil
 import pytest
@@ -30,7 +39,16 @@ from harness.neighbour import Neighbour, stopped
 from harness.sshd import sshd
 from harness.waiting import free_ports, wait_for
 from jobs.background import Background
-from jupyter_support import execute, http
+from jupyter_support import (
+    KERNEL_CODE,
+    announced,
+    execute,
+    http,
+    jupyter_processes,
+    lab_request,
+    start_kernel,
+    tcp_listeners,
+)
 from support import cluster_links, printed_scheduler_file, start_cluster
 
 pytestmark = pytest.mark.timeout(300)
@@ -44,7 +62,8 @@ def _no_background_left() -> Iterator[None]:
 
 
 def listen_and_record(stop_fd: int, host: str, ports: list[int]) -> dict[int, str]:
-    """As the other user: listen on ``host`` at ``ports`` until stopped; what each received."""
+    """As the other user: listen on ``host`` at ``ports`` until stopped; what each received
+    (a connection that sent nothing is recorded too, as ``""``)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listeners = {}
     for port in ports:
@@ -80,6 +99,32 @@ def end(run: Background) -> None:
     assert run.wait(60) == 128 + signal.SIGTERM, run.output()
 
 
+def listening(host: str, port: int) -> bool:
+    """Does anyone listen on ``host``:``port``? (Read from the kernel's tables, without
+    connecting: a connection would be one more thing the other user records.)"""
+    kind = "tcp6" if ":" in host else "tcp4"
+    return any(
+        c.status == psutil.CONN_LISTEN and tuple(c.laddr)[:2] == (host, port)
+        for c in psutil.net_connections(kind)
+    )
+
+
+def _open(address: tuple[str, int]) -> bool:
+    try:
+        socket.create_connection(address, timeout=2).close()
+        return True
+    except OSError:
+        return False
+
+
+def assert_private_socket(path: str) -> None:
+    """``path`` is an absolute path to a Unix socket in a 0700 directory of the owner's."""
+    assert path.startswith("/"), path
+    st = os.stat(Path(path).parent)
+    assert st.st_uid == os.getuid() and stat.S_IMODE(st.st_mode) == 0o700, (path, oct(st.st_mode))
+    assert stat.S_ISSOCK(os.stat(path).st_mode), path
+
+
 PLANTED = "import os, pathlib\npathlib.Path({marks!r}, {name!r}).touch()\n"
 
 
@@ -91,28 +136,46 @@ def plant_kernel_modules(directory: str) -> None:
         Path(directory, f"{name}.py").write_text(PLANTED.format(marks=str(marks), name=name))
 
 
-KERNEL_CODE = """
-import colorsys, json, sys, numpy
-print("PATHS", json.dumps([numpy.__file__, colorsys.__file__, sys.path]))
+PATHS_CODE = """
+import colorsys, json, os, sys, numpy
+print("PATHS", json.dumps([os.getcwd(), numpy.__file__, colorsys.__file__, sys.path]))
 """
 
 
 def test_kernels_never_load_what_was_planted_in_the_notebooks_directory(
     neighbour: Neighbour, owner_env: dict[str, str], project: Path, tmp_path: Path
 ) -> None:
+    """A kernel of a notebook in the project directory (JupyterLab's files root, where the
+    owner started) runs there, and imports nothing the other user planted there."""
     neighbour.run(plant_kernel_modules, str(project))
     run, links = ready_cluster(owner_env, project, tmp_path)
-    match = re.fullmatch(r"http://[\w.]+:(\d+)/lab\?token=(\w+)", links["jupyterlab"])
-    assert match, links
-    port, token = int(match.group(1)), match.group(2)
-    status, body = http(f"http://127.0.0.1:{port}/api/kernels", "POST", token)
-    assert status == 201, body
-    output = asyncio.run(execute(port, json.loads(body)["id"], token, KERNEL_CODE))
-    numpy_file, colorsys_file, path = json.loads(output.split("PATHS ", 1)[1])
+    lab = announced(links["jupyterlab"], run.stderr)
+    kernel = start_kernel(lab, "Untitled.ipynb")  # a notebook in the project directory
+    output = asyncio.run(execute(lab, kernel, PATHS_CODE))
+    assert "PATHS " in output, output
+    cwd, numpy_file, colorsys_file, path = json.loads(output.split("PATHS ", 1)[1])
+    assert cwd == str(project), cwd  # the premise: the kernel runs among the planted modules
     assert sorted(p.name for p in (project / "marks").iterdir()) == [], output
     assert not numpy_file.startswith(str(project)) and not colorsys_file.startswith(str(project))
     assert str(project) not in path and "" not in path, path
     end(run)
+
+
+def forwards_of(tunnel: str) -> tuple[list[str], list[list[str]]]:
+    """The printed tunnel (one hop: the node's) as (its options but ``-t``, ``-L`` and the
+    destination; its forwards, each split at ``:``: BIND PORT HOST PORT, or BIND PORT SOCKET)."""
+    words = shlex.split(tunnel)
+    assert words[0] == "ssh" and tunnel.count(" ssh ") == 0, tunnel
+    options: list[str] = []
+    forwards: list[list[str]] = []
+    args = iter(words[1:-1])
+    for word in args:
+        if word == "-L":
+            forwards.append(next(args).split(":"))
+        elif word != "-t":
+            options.append(word)
+    assert forwards and all(len(f) in (3, 4) for f in forwards), tunnel
+    return options, forwards
 
 
 def test_the_printed_tunnel_reaches_the_owner_not_a_listener_on_ipv6_loopback(
@@ -120,60 +183,56 @@ def test_the_printed_tunnel_reaches_the_owner_not_a_listener_on_ipv6_loopback(
 ) -> None:
     """The tunnel as printed, through a real sshd that resolves ``localhost`` to ``::1``
     first (Debian's /etc/hosts), while the other user listens on ``[::1]`` at the owner's
-    dashboard and JupyterLab ports."""
-    env = {**owner_env, "SSH_CONNECTION": "10.0.0.9 50022 10.0.0.1 22"}
+    dashboard and JupyterLab ports: the dashboard (TCP) and JupyterLab (its Unix socket) are
+    reached through it, and the other user receives nothing."""
+    lab_port = free_ports(1)[0]
+    env = {
+        **owner_env,
+        "SSH_CONNECTION": "10.0.0.9 50022 10.0.0.1 22",
+        "DASK_HPC__JUPYTER_PORT": str(lab_port),
+    }
     with sshd(tmp_path / "sshd") as server:
         assert server.resolve("localhost")[0] == "::1"  # as on Debian: the attack's premise
         run, links = ready_cluster(env, tmp_path, tmp_path)
         tunnel = next(ln.strip() for ln in run.stderr.splitlines() if ln.strip().startswith("ssh"))
-        # [BIND:]PORT:HOST:PORT, as printed; PORT is the node's port too
-        forwards = [f.split(":") for f in re.findall(r"-L (\S+)", tunnel)]
-        ports = sorted(int(f[-1]) for f in forwards)
-        assert {int(u.split(":")[2].split("/")[0]) for u in links.values()} == set(ports)
+        options, forwards = forwards_of(tunnel)
+        ports = sorted(int(f[1]) for f in forwards)  # the user's ends, as printed
+        assert {urlsplit(u).port for u in links.values()} == set(ports), (links, tunnel)
+        assert urlsplit(links["jupyterlab"]).port == lab_port, links
         # Here the node and the user's machine are one: the local ends move to free ports.
         local = dict(zip(ports, free_ports(len(ports)), strict=True))
-        words = tunnel.split()
-        argv = ["ssh", "-N", *[w for w in words[2:-1] if not re.match(r"[\w.]*:?\d+:", w)]]
-        argv = [w for w in argv if w != "-L"]
+        argv = ["ssh", "-N", *options]
         for forward in forwards:
-            argv += ["-L", ":".join([*forward[:-3], str(local[int(forward[-1])]), *forward[-2:]])]
+            argv += ["-L", ":".join([forward[0], str(local[int(forward[1])]), *forward[2:]])]
         with neighbour.meanwhile(listen_and_record, "::1", ports) as stop:
             wait_for(lambda: all(listening("::1", p) for p in ports), 30, what="[::1] listeners")
             client = server.ssh([*argv, "root@127.0.0.1"])
             try:
+
                 def forwarding() -> bool:
                     assert client.poll() is None, client.stderr.read().decode()
                     return all(_open(("127.0.0.1", p)) for p in local.values())
 
                 wait_for(forwarding, 30, what="the tunnel")
                 for name, url in links.items():
-                    port = int(url.split(":")[2].split("/")[0])
-                    path = url.split(str(port), 1)[1]
-                    status, _ = http(f"http://127.0.0.1:{local[port]}{path}")
+                    parts = urlsplit(url)
+                    status, _ = http(
+                        f"http://127.0.0.1:{local[parts.port]}{parts.path}?{parts.query}"
+                    )
                     assert status in (200, 302), (name, status)
             finally:
                 client.terminate()
                 client.wait(30)
             received = stop()
     assert received == {}, f"the other user received through the owner's tunnel: {received}"
-    assert all(f[:1] == ["127.0.0.1"] and f[2] == "127.0.0.1" for f in forwards), tunnel
+    assert all(f[0] == "127.0.0.1" for f in forwards), tunnel  # every hop binds loopback
+    tcp = [f for f in forwards if len(f) == 4]
+    unix = [f for f in forwards if len(f) == 3]
+    assert tcp and all(f[2] == "127.0.0.1" and f[1] == f[3] for f in tcp), tunnel
+    assert [int(f[1]) for f in unix] == [lab_port], tunnel  # JupyterLab's: its socket
+    assert_private_socket(unix[0][2])
+    assert Path(unix[0][2]) == announced(links["jupyterlab"], run.stderr).socket
     end(run)
-
-
-def listening(host: str, port: int) -> bool:
-    """Does anyone listen on ``host``:``port``? (Read from the kernel's tables, without
-    connecting: a connection would be one more thing the other user records.)"""
-    kind = "tcp6" if ":" in host else "tcp4"
-    return any(c.status == psutil.CONN_LISTEN and tuple(c.laddr)[:2] == (host, port)
-               for c in psutil.net_connections(kind))
-
-
-def _open(address: tuple[str, int]) -> bool:
-    try:
-        socket.create_connection(address, timeout=2).close()
-        return True
-    except OSError:
-        return False
 
 
 def test_a_tunnel_hop_whose_port_another_user_holds_stops(
@@ -187,9 +246,10 @@ def test_a_tunnel_hop_whose_port_another_user_holds_stops(
     target = free_ports(1)[0]
     printed = ssh_tunnel((), "127.0.0.1", [(target, "127.0.0.1")]).split()
     assert "ExitOnForwardFailure=yes" in printed
-    with sshd(tmp_path / "sshd") as server, neighbour.meanwhile(
-        listen_and_record, "127.0.0.1", [target]
-    ) as stop:
+    with (
+        sshd(tmp_path / "sshd") as server,
+        neighbour.meanwhile(listen_and_record, "127.0.0.1", [target]) as stop,
+    ):
         wait_for(lambda: listening("127.0.0.1", target), 30, what="the other user's listener")
         argv = [w for w in printed if w != "-t"][:-1] + ["-N", "root@127.0.0.1"]
         client = server.ssh(argv)
@@ -199,81 +259,50 @@ def test_a_tunnel_hop_whose_port_another_user_holds_stops(
         assert stop() == {}
 
 
-def descends_from(pid: int, ancestor: int) -> bool:
-    """Is ``pid`` a descendant of ``ancestor``? (/proc/PID/stat, readable by every user.)"""
-    for _ in range(64):
+def free_run(count: int) -> list[int]:
+    """``count`` consecutive TCP ports that were free on 127.0.0.1 a moment ago."""
+    for _ in range(50):
+        base = free_ports(1)[0]
+        socks = []
         try:
-            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, IndexError, ValueError):
-            return False
-        if pid == ancestor:
-            return True
-        if pid <= 1:
-            return False
-    return False
+            for port in range(base, min(base + count, 65536)):
+                socks.append(socket.socket())
+                socks[-1].bind(("127.0.0.1", port))
+            if len(socks) == count:
+                return list(range(base, base + count))
+        except OSError:
+            continue
+        finally:
+            for sock in socks:
+                sock.close()
+    pytest.fail(f"no {count} consecutive free ports on 127.0.0.1 in 50 tries")
 
 
-def claim_jupyter_ports(stop_fd: int, owner: int) -> dict[str, object]:
-    """As the other user: bind every port a ``jupyter lab`` command line of the owner's
-    cluster (a descendant of ``owner``) names, the moment it appears in /proc, as the red
-    team did; what each port received."""
-    held: dict[int, socket.socket] = {}
-    received: dict[int, str] = {}
-    while not stopped(stop_fd, 0.0):
-        for pid in psutil.pids():
-            try:
-                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if not any(a.startswith(b"--ServerApp.port=") for a in cmdline):
-                continue
-            if not descends_from(pid, owner):
-                continue
-            for arg in cmdline:
-                if arg.startswith(b"--ServerApp.port="):
-                    port = int(arg.split(b"=")[1])
-                    if port and port not in held:
-                        sock = socket.socket()
-                        try:
-                            sock.bind(("127.0.0.1", port))
-                        except OSError:
-                            sock.close()
-                            continue
-                        sock.listen()
-                        sock.setblocking(False)
-                        held[port] = sock
-        for port, sock in held.items():
-            try:
-                conn, _ = sock.accept()
-            except BlockingIOError:
-                continue
-            conn.settimeout(2)
-            try:
-                received[port] = conn.recv(4096).decode(errors="replace")
-            except OSError:
-                received[port] = ""
-            conn.close()
-        time.sleep(0.005)  # a tight loop, as an attacker's: polling, not waiting on anything
-    return {"held": sorted(held), "received": received}
-
-
-def test_a_jupyterlab_port_taken_first_is_never_linked(
+def test_the_jupyterlab_port_held_by_another_user_changes_nothing(
     neighbour: Neighbour, owner_env: dict[str, str], tmp_path: Path
 ) -> None:
-    run = Background([*start_cluster(), "cpu", "1", "--jupyter", *QUIET], owner_env, tmp_path)
-    with neighbour.meanwhile(claim_jupyter_ports, run.proc.pid) as stop:
-        run.wait_text("Dask cluster ready", 150)
-        links = cluster_links(printed_scheduler_file(run.stderr), owner_env)
-        theirs = stop()
-    assert theirs["received"] == {}, theirs
-    if "jupyterlab" in links:
-        port = int(links["jupyterlab"].split(":")[2].split("/")[0])
-        assert port not in theirs["held"], (links, theirs)
-        owners = [c.pid for c in psutil.net_connections("tcp4")
-                  if c.status == psutil.CONN_LISTEN and tuple(c.laddr) == ("127.0.0.1", port)]
-        assert owners and all(psutil.Process(p).uids().real == 0 for p in owners), owners
-    else:
-        lines = [ln for ln in run.stderr.splitlines() if "JupyterLab did not start" in ln]
-        assert len(lines) == 1, run.stderr
-    assert theirs["held"], "the other user never saw a JupyterLab command line"
+    """The other user binds 127.0.0.1 at the configured ``hpc.jupyter-port`` and the four
+    ports after it before the owner starts ``--jupyter``: JupyterLab starts anyway (it binds
+    no TCP port), the link recorded is the user's end of the tunnel to its socket, a kernel
+    reaches the cluster, and nothing of the owner's connects to the other user's listeners."""
+    ports = free_run(5)
+    env = {**owner_env, "DASK_HPC__JUPYTER_PORT": str(ports[0])}
+    with neighbour.meanwhile(listen_and_record, "127.0.0.1", ports) as stop:
+        wait_for(lambda: all(listening("127.0.0.1", p) for p in ports), 30, what="listeners")
+        run, links = ready_cluster(env, tmp_path, tmp_path)
+        assert "JupyterLab did not start" not in run.stderr, run.stderr
+        lab = announced(links["jupyterlab"], run.stderr)  # http://127.0.0.1:PORT/lab?token=
+        assert lab.port == ports[0], links
+        assert_private_socket(str(lab.socket))
+        tunnel = next(ln for ln in run.stderr.splitlines() if ln.strip().startswith("ssh"))
+        assert f"-L 127.0.0.1:{ports[0]}:{lab.socket} " in tunnel, tunnel
+        assert lab_request(lab, "/lab", token=lab.token)[0] == 200
+        kernel = start_kernel(lab)
+        output = asyncio.run(execute(lab, kernel, KERNEL_CODE))  # a bare Client()
+        assert "KERNEL 42 tls://" in output, output
+        assert tcp_listeners(jupyter_processes(run.proc.pid)) == {}, run.output()
+        assert all(run.listening_on(p) == set() for p in ports)
+        assert all(listening("127.0.0.1", p) for p in ports)  # still the other user's
+        received = stop()
+    assert received == {}, f"the owner's processes connected to the other user: {received}"
     end(run)
