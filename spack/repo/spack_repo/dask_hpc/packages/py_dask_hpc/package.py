@@ -17,7 +17,7 @@ class PyDaskHpc(PythonPackage):
 
     variant("jupyter", default=False, description="Install JupyterLab for notebooks")
 
-    depends_on("python@3.11:", type=("build", "run"))  # pyproject's requires-python
+    depends_on("python@3.10:", type=("build", "run"))  # pyproject's requires-python
     depends_on("py-setuptools@68:", type="build")
     depends_on("py-setuptools-scm@8:", type="build")
 
