@@ -13,5 +13,12 @@ class PyJupyterlab(BuiltinPyJupyterlab):
 
     version("4.6.4", sha256="404f49b081819378524886c9db66dba57a5565981eff885830df1baba3a17df5")
 
-    # jupyterlab 4.6's own requirement (its wheel's metadata: jupyter-server>=2.19.0,<3)
-    depends_on("py-jupyter-server@2.20:2", when="@4.6:", type=("build", "run"))
+    with default_args(type=("build", "run")):
+        # jupyterlab 4.6's pyproject.toml says jupyter-server>=2.19.0,<3; 2.20.0 is the floor
+        # past the advisories (deploy/advisories.yaml)
+        depends_on("py-jupyter-server@2.20:2", when="@4.6:")
+        # 4.6.4's pyproject.toml (build-system.requires and dependencies; builtin's recipe, for
+        # 4.5, has neither): jupyterlab/commands.py imports jupyter_builder, so without it
+        # `jupyter lab` does not start
+        depends_on("py-jupyter-builder@1.0.2:", when="@4.6:")
+        depends_on("py-typing-extensions@4.4:", when="@4.6: ^python@:3.11")
