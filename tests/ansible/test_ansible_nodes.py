@@ -164,6 +164,25 @@ def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
     assert "the planted module ran" in plain.stderr  # what python -m alone would have done
 
 
+def test_wrappers_read_no_planted_module_through_an_empty_pythonpath_entry(
+    node: testinfra.host.Host, converged: Env
+) -> None:
+    """The role's start-cluster and hpc-cluster run Python with -I: modules planted in the
+    working directory, which an empty PYTHONPATH entry names, are never imported (pip's script
+    would import its ``re`` from there before any code of ours); dask-hpc then drops the entry
+    for every process it starts (tests/test_search_paths.py)."""
+    root = Path(node.backend.name)
+    planted = root / "tmp" / "planted-wrapper"
+    planted.mkdir(exist_ok=True)
+    for module in ("re", "argparse", "json"):
+        (planted / f"{module}.py").write_text("raise SystemExit('the planted module ran')\n")
+    env = {"PYTHONPATH": ":/opt/dask-hpc"}
+    for command in ("start-cluster --help", "hpc-cluster --help"):
+        ran = run_on_node(root, f"cd /tmp/planted-wrapper && {command}", env=env)
+        assert ran.returncode == 0 and ran.stdout.startswith("usage: "), ran.stdout + ran.stderr
+        assert "planted" not in ran.stdout + ran.stderr
+
+
 @pytest.mark.parametrize("name", CONVERGED)
 def test_start_cluster_runs_a_real_job(converged: Env, name: str) -> None:
     """`start-cluster cpu 2 -- python3 job.py` with no flags: the site profile and the shared

@@ -67,7 +67,7 @@ def test_gpu_node_wrapper_execs_apptainer_with_nv(tmp: Path) -> None:
     assert 'image="${DASK_HPC_IMAGE:-/shared/dask-hpc/images/dask-hpc.sif}"' in lines
     assert lines[-1] == (
         "exec apptainer exec --nv --bind /shared/dask-hpc --bind /etc/dask:/etc/dask:ro "
-        '--bind \'/scratch dir\' "$image" start-cluster "$@"'
+        '--bind \'/scratch dir\' "$image" python3 -I -m dask_hpc "$@"'
     )
     assert subprocess.run(["sh", "-n", str(wrapper)], check=False).returncode == 0
     module = (tmp / "modulefiles/dask-hpc/0.1.0.lua").read_text()
@@ -83,7 +83,7 @@ def test_cpu_node_wrapper_has_no_nv_and_checks_the_image(tmp: Path) -> None:
     lines = wrapper.read_text().splitlines()
     assert lines[-1] == (
         'exec apptainer exec --bind /shared/dask-hpc --bind /etc/dask:/etc/dask:ro "$image" '
-        'start-cluster "$@"'
+        'python3 -I -m dask_hpc "$@"'
     )
     def run(image: Path) -> subprocess.CompletedProcess[str]:
         env = {"PATH": "/usr/bin:/bin", "DASK_HPC_IMAGE": str(image)}
@@ -109,7 +109,7 @@ def test_python_provider_puts_hpc_cluster_beside_start_cluster(tmp: Path) -> Non
     wrapper = prefix / "bin/hpc-cluster"
     assert wrapper.stat().st_mode & 0o777 == 0o755
     lines = wrapper.read_text().splitlines()
-    assert lines[-1] == f'exec {prefix}/venv/bin/hpc-cluster "$@"'
+    assert lines[-1] == f'exec {prefix}/venv/bin/python -I -m dask_hpc.elastic "$@"'
     assert subprocess.run(["sh", "-n", str(wrapper)], check=False).returncode == 0
     module = (tmp / "modulefiles/dask-hpc/0.1.0.lua").read_text()
     assert "hpc-cluster (and HPCCluster in Python)" in module

@@ -2,7 +2,7 @@
 
 import sys
 
-from .jobcli import main
+from ..entry import hpc_job
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hpc_job())

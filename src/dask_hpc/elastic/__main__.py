@@ -2,7 +2,7 @@
 
 import sys
 
-from .cli import main
+from ..entry import hpc_cluster
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(hpc_cluster())
