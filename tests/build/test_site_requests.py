@@ -32,14 +32,14 @@ EXPECTED = {
     ],
     "summit": ["#BSUB -nnodes 2", "--cpu_per_rs 7 --gpu_per_rs 1"],
     "thetagpu": ["#COBALT -n 2", "--map-by ppr:8:node:pe=16"],
-    # Flux: a slot per rank; each task its own cores (a quarter: one MI300A's 24) and GPU
+    # Flux: a slot per rank; each task its own cores (one MI300A's 21 of 24) and GPU
     "elcapitan": [
         "#FLUX: --nodes=2",
         "#FLUX: --nslots=8",
-        "#FLUX: --cores-per-slot=24",
+        "#FLUX: --cores-per-slot=21",
         "#FLUX: --gpus-per-slot=1",
         "#FLUX: --exclusive",
-        "flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 "
+        "flux run --nodes=2 --ntasks=8 --cores-per-task=21 --gpus-per-task=1 "
         "-o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none",
     ],
 }

@@ -29,8 +29,15 @@ pytestmark = pytest.mark.slurm
 def render(image: str) -> str:
     return script.render(
         script.JobRequest(
-            site="deepops", nodes=1, workers_per_node=1, worker_type="cpu", cpus_per_worker=1,
-            walltime="5", image=image, command=[sys.executable, "-c", "print('ran')"],
+            site="generic",  # Apptainer's site: DeepOps' jobs may run Pyxis (runtimes)
+            batch_system="slurm",
+            nodes=1,
+            workers_per_node=1,
+            worker_type="cpu",
+            cpus_per_worker=1,
+            walltime="5",
+            image=image,
+            command=[sys.executable, "-c", "print('ran')"],
         )
     )
 
@@ -41,14 +48,15 @@ def submit(slurm_cluster, text: str, env: dict[str, str], cwd: Path) -> tuple[tu
     return state, slurm_cluster.job_output(job)
 
 
-def refused(state: tuple, output: str, *fragments: str) -> None:
-    """Exit status 2, one line of ours naming ``fragments``, and no rank started."""
+def refused(state: tuple, output: str, *fragments: str) -> str:
+    """Exit status 2, one line of ours naming ``fragments``, and no rank started: that line."""
     assert state == ("FAILED", 2), output
     lines = [ln for ln in output.splitlines() if ln.startswith("dask-hpc: ")]
     assert len(lines) == 1, output
     for fragment in fragments:
         assert fragment in lines[0], lines[0]
     assert "start-cluster" not in output and "Traceback" not in output, output
+    return lines[0]
 
 
 def plant_image(directory: str) -> str:
@@ -68,14 +76,21 @@ def test_an_image_others_could_change_is_refused(
     own.write_bytes(b"the owner's image")
     with pytest.raises(UsageError, match=f"{project} can be written by other users"):
         render(str(own))
-    refused(*submit(slurm_cluster, render("mine.sif"), owner_env, project),
-            f"image {own} can be changed by other users", f"{project} can be written by other")
+    line = refused(
+        *submit(slurm_cluster, render("mine.sif"), owner_env, project),
+        f"image {own} can be changed by other users",
+        f"{project} can be written by other",
+        f"; copy it to a directory only you can write (cp -- {own} ",
+    )
+    assert "hpc.image-group" not in line  # open to every user: no group to trust
     own.unlink()
     theirs = neighbour.run(plant_image, str(project))
     with pytest.raises(UsageError, match=f"image {theirs} can be changed by other users"):
         render(theirs)
-    refused(*submit(slurm_cluster, render("dask-hpc-deepops.sif"), owner_env, project),
-            f"{theirs} belongs to uid {neighbour.uid}")
+    refused(
+        *submit(slurm_cluster, render("dask-hpc-deepops.sif"), owner_env, project),
+        f"{theirs} belongs to uid {neighbour.uid}",
+    )
 
 
 def swap_in(directory: str, name: str) -> None:
@@ -95,7 +110,10 @@ def test_a_changed_image_is_refused_by_its_recorded_sha256_without_a_key(
     image.write_bytes(b"an image changed after its digest was recorded")
     recorded = hashlib.sha256(b"the image as built").hexdigest()
     (images / "dask-hpc-deepops.sif.sha256").write_text(f"{recorded}  {image.name}\n")
-    refused(*submit(slurm_cluster, render("images/dask-hpc-deepops.sif"), owner_env, tmp_path),
-            f"image {image} has sha256", f"not {recorded}")
+    refused(
+        *submit(slurm_cluster, render("images/dask-hpc-deepops.sif"), owner_env, tmp_path),
+        f"image {image} has sha256",
+        f"not {recorded}",
+    )
     with pytest.raises(AssertionError, match="Permission denied"):
         neighbour.run(swap_in, str(images), image.name)

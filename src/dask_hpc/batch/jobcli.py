@@ -48,6 +48,18 @@ OPTIONS: dict[str, tuple[str, type]] = {
         str,
     ),
     "no_verify": ("do not verify the image (explicit opt-out)", bool),
+    "image_group": (
+        "the one group (your project's) whose members may change the image and its recorded "
+        "sha256, in a group-writable project directory: the job then requires the sha256 "
+        "(default: dask config hpc.image-group)",
+        str,
+    ),
+    "runtime": (
+        "the container runtime the ranks run the image with, one the site has (default: the "
+        "site's: Pyxis on DeepOps, Apptainer elsewhere; a .sif --image where the site has "
+        "Apptainer too: apptainer)",
+        str,
+    ),
     "gpus_per_node": ("GPUs each node of the job asks for (default: one per gpu worker)", int),
     "cpus_per_worker": (
         "CPUs each worker asks for, and its threads (default: the node's CPUs "
@@ -77,6 +89,12 @@ OPTIONS: dict[str, tuple[str, type]] = {
         str,
     ),
 }
+# Repeatable, so not in OPTIONS (whose values invoke's `job` task passes once each).
+BIND_HELP = (
+    "a directory of the node the ranks' containers see, as Apptainer's SRC[:DST[:ro]] "
+    "(e.g. /lus/flare/projects/MyProject:/data:ro; repeat for more): checked before any "
+    "rank starts"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -91,6 +109,10 @@ def choices(name: str) -> list[str] | None:
 
     if name == "batch_system":
         return list(data()["batch_systems"])
+    if name == "runtime":
+        from ..planning.sites import CONTAINER_RUNTIMES
+
+        return list(CONTAINER_RUNTIMES)
     return launcher_names() if name == "launcher" else None
 
 
@@ -119,6 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                 choices=listed,
                 metavar=name.upper() if listed else None,
             )
+    p.add_argument("--bind", action="append", metavar="SRC[:DST[:ro]]", help=BIND_HELP)
     return p
 
 
@@ -145,10 +168,11 @@ def request(args: argparse.Namespace, command: Sequence[str]) -> JobRequest:
     """The job the options describe (``dask_hpc.batch.script.JobRequest``)."""
     from .. import config
     from ..planning.sites import detect_site
+    from .binds import with_binds
     from .script import JobRequest
 
     nodes = _count("nodes", args.nodes)
-    return JobRequest(
+    job = JobRequest(
         site=args.site or config.get("site") or detect_site().name,
         nodes=nodes if nodes is not None else 0,
         command=list(command),
@@ -168,7 +192,10 @@ def request(args: argparse.Namespace, command: Sequence[str]) -> JobRequest:
         batch_system=args.batch_system or None,
         launcher=args.launcher or None,
         python=args.python or None,
+        runtime=args.runtime or None,
+        image_group=args.image_group or None,
     )
+    return with_binds(job, getattr(args, "bind", None))
 
 
 def write(args: argparse.Namespace, command: Sequence[str]) -> int:

@@ -244,12 +244,12 @@ def job_shape(
     gpus = (gpus_per_node or _gpus_for(per_node, known, site.gpu_tiles)) if gpu else 0
     if facts and facts.gpus and gpus > facts.gpus:
         raise UsageError(
-            f"{gpus} GPUs per node asked, but a {site.name} node has {facts.gpus} "
-            f"({facts.source})",
+            f"{gpus} GPUs per node asked, but a {site.name} node has {facts.gpus} ({facts.source})",
             "ask for fewer workers per node",
         )
     if cpus is not None:
         cpus_per_rank = cores_per_rank = cpus
+        check_node_cpus(site, facts, per_node, cpus)
     else:
         share = gpus / facts.gpus if facts and facts.gpus else 1.0
         node_cpus = facts.cpus if facts else _site_cpus(site)
@@ -257,6 +257,47 @@ def job_shape(
         cpus_per_rank = max(1, int((node_cpus or per_node) * share) // per_node)
         cores_per_rank = max(1, int((node_cores or per_node) * share) // per_node)
     return Shape(per_node, cpus_per_rank, cores_per_rank, gpus, memory, tuple(added))
+
+
+def usable_cpus(site: Site, facts: NodeFacts | None) -> tuple[int, str] | None:
+    """(CPUs of a node a job may ask for, in the batch system's unit, the site's own cores
+    left out; how that is counted), or None where nothing says."""
+    if facts is not None and facts.source != "site profile":
+        return (facts.cpus, facts.source) if facts.cpus else None
+    configured = config.get("node-cpus")
+    if configured:
+        return int(configured), "hpc.node-cpus"
+    cores, threads = site.cpu_cores, site.cpu_threads
+    if not cores:
+        return None
+    per_core = (threads // cores) if threads and site.batch_cpu_unit != "cores" else 1
+    usable = (cores - len(site.cpu_reserved)) * per_core
+    unit = f"{usable // per_core} cores" + (f" x {per_core} threads" if per_core > 1 else "")
+    kept = f", {len(site.cpu_reserved)} kept for the system" if site.cpu_reserved else ""
+    return usable, f"{unit}{kept}; site profile"
+
+
+def check_node_cpus(site: Site, facts: NodeFacts | None, per_node: int, cpus: int) -> None:
+    """``per_node`` workers of ``cpus`` CPUs each fit a node, or a UsageError naming the most
+    each may ask (PALS's --depth=64 x 4 ranks on a 32-core Polaris node starts nothing)."""
+    known = usable_cpus(site, facts)
+    if known is None:
+        return
+    usable, how = known
+    if per_node * cpus <= usable:
+        return
+    most = usable // per_node
+    fix = (
+        f"ask at most {most} per worker (--cpus-per-worker {most}, HPCCluster: "
+        "cpus_per_worker=), or start fewer workers per node"
+        if most
+        else f"start at most {usable} workers per node (--workers-per-node)"
+    )
+    raise UsageError(
+        f"{per_node} worker(s) per node x {cpus} CPUs each is {per_node * cpus} CPUs, but a "
+        f"{site.name} node has {usable} for jobs ({how})",
+        fix,
+    )
 
 
 def _gpus_for(workers: int, node_gpus: int | None, tiles: int) -> int:

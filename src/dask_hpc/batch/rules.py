@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -119,3 +120,36 @@ def retired_warning(site: Site) -> str | None:
         f"warning: {site.name} was retired ({site.retired}): no machine runs this script any "
         "more (the profile stays for its users); pick another --site"
     )
+
+
+# Imports dask_hpc without the working directory on sys.path (import_path.BOOTSTRAP's first
+# step: -P is Python 3.11's), so a planted dask_hpc/ in the submit directory never answers.
+_IMPORT_CHECK = 'import sys; getattr(sys.flags, "safe_path", 0) or sys.path.pop(0); import dask_hpc'
+
+
+def runnable_lines(python: str | None) -> list[str]:
+    """The job's lines that check, once and before the launcher, that what every rank runs
+    without an image is there: ``start-cluster`` on the job's PATH, or ``python`` (``--python``)
+    importing dask_hpc. Without them each rank of a job whose environment was not activated
+    exits 127 ("command not found"), or 1 with a traceback, the job's lines no help; with them,
+    one line and exit 2. For ``script.render``, after ``clean_env`` (which may drop PATH and
+    PYTHONPATH entries), for a job with no image."""
+    if python is None:
+        problem = "start-cluster is not on this job's PATH ($PATH)"
+        fix = (
+            "activate the Python environment with dask-hpc before submitting (sbatch and flux "
+            "batch pass your shell's environment on; qsub needs -V), or give --python "
+            "/path/to/env/bin/python"
+        )
+        test = "command -v start-cluster >/dev/null 2>&1"
+    else:
+        quoted = shlex.quote(python)
+        said = re.sub(r'(["\\$`])', r"\\\1", python)  # inside the message's double quotes
+        problem = f"--python {said} cannot import dask_hpc on this node"
+        fix = "install dask-hpc into that Python, or give the one that has it"
+        test = f"{quoted} -c {shlex.quote(_IMPORT_CHECK)} >/dev/null 2>&1"
+    message = f"dask-hpc: {problem}; {fix}"
+    return [
+        "# What every rank runs is here (else each would fail alone: exit 127, not found)",
+        f'{test} || {{ echo "{message}" >&2; exit 2; }}',
+    ]

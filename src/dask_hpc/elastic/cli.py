@@ -99,6 +99,7 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     repeated("--job-directive", "LINE", "one more header line of each job, without #SBATCH/#PBS")
     repeated("--job-setup", "SHELL_LINE", "a shell line each job runs before its ranks")
     repeated("--job-env", "NAME=VALUE", "a variable each job exports", key_value)
+    repeated("--bind", "SRC[:DST[:ro]]", "a directory the workers' containers (--image) see")
     repeated("--worker-arg", "ARG", "a start-cluster option for the workers: --worker-arg="
              "--nthreads --worker-arg=4")  # fmt: skip
     names = launcher_names()
@@ -196,6 +197,7 @@ def _cluster_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "job_directives": args.job_directive,
         "job_setup": args.job_setup,
         "job_env": dict(args.job_env) if args.job_env else None,
+        "binds": args.bind,
         "worker_args": args.worker_arg,
         **{key: getattr(args, key) for key in MORE_SETTINGS},
     }

@@ -48,8 +48,10 @@ class HPCCluster(ConfiguredCluster):
     Every argument defaults to ``hpc.cluster.*`` in dask's config, then to the site profile
     (detected as start-cluster detects it; a plain Slurm, PBS, LSF or Flux cluster needs none). The
     first pool is named after ``kind`` unless ``pool`` is given; ``add_pool`` adds others.
-    ``scheduler="job"`` runs the scheduler in a batch job of its own. TLS is always on, with
-    certificates made for this cluster, readable by its owner only.
+    ``scheduler="job"`` runs the scheduler in a batch job of its own. ``binds``: directories
+    the workers' containers see (``image=``), Apptainer's ``SRC[:DST[:ro]]``, checked in each
+    job before any rank starts. TLS is always on, with certificates made for this cluster,
+    readable by its owner only.
     """
 
     def __init__(
@@ -71,6 +73,7 @@ class HPCCluster(ConfiguredCluster):
         job_directives: Sequence[str] | None = None,
         job_setup: Sequence[str] | None = None,
         job_env: Mapping[str, str] | None = None,
+        binds: Sequence[str] | str | None = None,
         worker_args: Sequence[str] | str | None = None,
         lifetime_margin: float | None = None,
         cpus_per_worker: int | None = None,
@@ -121,6 +124,7 @@ class HPCCluster(ConfiguredCluster):
             interface=settings["interface"],
             dashboard_address=settings["dashboard_address"],
             log_directory=settings["log_directory"],
+            binds=settings.get("binds"),
             existing=(saved["cluster_id"], directory, state.pools_from(saved)),
         )
         self._attached = saved
@@ -153,7 +157,10 @@ class HPCCluster(ConfiguredCluster):
         Stops adapting that pool. Submission problems raise here, in one line."""
         chosen = self._pool(pool)
         n = jobqueue_args.scale_workers(  # dask-jobqueue's scale(memory=, cores=)
-            n, memory, cores, chosen.cpus_per_worker or chosen.threads_guess,
+            n,
+            memory,
+            cores,
+            chosen.cpus_per_worker or chosen.threads_guess,
             chosen.memory_per_worker,
         )
         jobs = sizing.scale_jobs(chosen, n, jobs)

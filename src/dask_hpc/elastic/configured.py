@@ -8,10 +8,12 @@ script from the same settings without a batch system (``check_commands=False``).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import config
+from ..batch import binds as batch_binds
 from ..batch import commands, script
 from ..errors import UsageError
 from ..planning.network import parse_dashboard
@@ -24,6 +26,7 @@ from .pools import Pool, pool_from
 from .scheduler import SCHEDULER_FILE, listen_host
 
 SCHEDULERS = ("local", "job")
+BIND_OPTION = "binds= (--bind)"  # HPCCluster's, hpc-cluster's, as messages name them
 
 
 class ConfiguredCluster(JobCluster):
@@ -42,6 +45,7 @@ class ConfiguredCluster(JobCluster):
         dashboard_address: str = "127.0.0.1:0",
         directory: str | os.PathLike[str] | None = None,
         log_directory: str | os.PathLike[str] | None = None,
+        binds: Sequence[str] | str | None = None,
         check_commands: bool = True,
         existing: tuple[str, Path, dict[str, Pool]] | None = None,
         **options: Any,
@@ -50,6 +54,8 @@ class ConfiguredCluster(JobCluster):
         what ``hpc-cluster script`` renders a job script from (batch commands not needed).
         ``options``: the first pool's (``PoolOptions``)."""
         given = PoolOptions.given(options, "HPCCluster")
+        # the user's binds, every pool's (batch.binds): each checked here, and in each job
+        self.binds = tuple(b.spec() for b in batch_binds.parse_all(binds, BIND_OPTION))
         site_name = site or config.get("site")
         self.site: Site = load_site(site_name) if site_name else detect_site()
         self.batch_system = locations.batch_system(self.site, batch_system)
@@ -75,12 +81,14 @@ class ConfiguredCluster(JobCluster):
         if not existing:
             self._add_pool(pool or first_kind, first_kind, given, self.batch_system)
         first = next(iter(self.pools.values()))
-        self._scheduler_walltime = scheduler_walltime or config.get(
-            "cluster.scheduler-walltime"
-        ) or first.walltime
+        self._scheduler_walltime = (
+            scheduler_walltime or config.get("cluster.scheduler-walltime") or first.walltime
+        )
         script.parse_walltime(self._scheduler_walltime)
-        self.directory = existing[1] if existing else locations.cluster_directory(
-            self.site, self.cluster_id, directory
+        self.directory = (
+            existing[1]
+            if existing
+            else locations.cluster_directory(self.site, self.cluster_id, directory)
         )
         self.scheduler_file = self.directory / SCHEDULER_FILE
         self.log_directory = locations.log_directory(self.directory, log_directory)
@@ -97,6 +105,7 @@ class ConfiguredCluster(JobCluster):
             "interface": self.interface,
             "dashboard_address": self._dashboard_address,
             "log_directory": str(self.log_directory),
+            "binds": list(self.binds),
         }
         for each in self.pools.values():
             self._check_script(each)
@@ -154,7 +163,7 @@ class ConfiguredCluster(JobCluster):
 
     # ------------------------------------------------------------------ job scripts
     def _request(self, pool: Pool, job_name: str) -> script.JobRequest:
-        return pool.request(
+        request = pool.request(
             self.site,
             self.batch_system,
             job_name,
@@ -162,6 +171,7 @@ class ConfiguredCluster(JobCluster):
             self.log_directory / f"{job_name}.out",
             binds=[str(self.directory)],
         )
+        return batch_binds.with_binds(request, self.binds, BIND_OPTION)
 
     def job_script(self, pool: str | None = None) -> str:
         """The batch script of this pool's next job."""

@@ -25,6 +25,7 @@ import stat
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
@@ -44,6 +45,15 @@ def _owner(st: os.stat_result) -> str:
         return pwd.getpwuid(st.st_uid).pw_name
     except (KeyError, ImportError):
         return f"uid {st.st_uid}"
+
+
+def _group(st: os.stat_result) -> str:
+    try:
+        import grp
+
+        return grp.getgrgid(st.st_gid).gr_name
+    except (KeyError, ImportError):
+        return f"gid {st.st_gid}"
 
 
 def _mode(st: os.stat_result) -> str:
@@ -88,30 +98,89 @@ def changeable_by_others(path: str | os.PathLike[str]) -> str | None:
     a module or a file). Used for what is run or imported by path later (a directory on
     ``sys.path``, an image), where a later check would come too late.
     """
+    return _walk(path, None)[0]
+
+
+@dataclass(frozen=True)
+class TrustedGroup:
+    """The one group whose members a user chose to trust with a shared path (``hpc.image-group``:
+    a project's group)."""
+
+    name: str
+    gid: int
+
+    def has_member(self, uid: int) -> bool:
+        """Is ``uid`` in the group, as the user database says (primary or supplementary)?"""
+        try:
+            import pwd
+
+            user = pwd.getpwuid(uid)
+            return self.gid in os.getgrouplist(user.pw_name, user.pw_gid)
+        except (KeyError, ImportError, OSError):
+            return False
+
+
+def changeable_outside(
+    path: str | os.PathLike[str], group: TrustedGroup
+) -> tuple[str | None, bool]:
+    """(why a user outside ``group``, other than us and root, could change ``path``, or None;
+    whether only the group's trust let it through): :func:`changeable_by_others`'s walk, where a
+    step may also be a member's, or writable by that group (by no other, no ACL naming more)."""
+    return _walk(path, group)
+
+
+def _step_problem(
+    at: Path, st: os.stat_result, last: bool, group: TrustedGroup | None
+) -> tuple[str | None, bool]:
+    """(why others could change ``at``, or None; whether only ``group``'s trust allowed it)."""
+    shared = st.st_uid not in (os.geteuid(), 0)
+    if shared and (group is None or not group.has_member(st.st_uid)):
+        return f"{at} belongs to {_owner(st)}", False
+    if not last and st.st_mode & stat.S_ISVTX:
+        return None, shared  # sticky: nobody else can rename what is in it
+    if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and group is None):
+        sticky = "" if last else " and is not sticky"
+        return f"{at} can be written by other users (mode {_mode(st)}){sticky}", False
+    if st.st_mode & stat.S_IWGRP and group is not None:
+        if st.st_gid != group.gid:
+            return f"{at} can be written by group {_group(st)} (mode {_mode(st)})", False
+        try:
+            acl = "system.posix_acl_access" in os.listxattr(at, follow_symlinks=False)
+        except OSError:
+            acl = False
+        if acl:
+            return f"{at} has an access control list (ls -l shows +; getfacl lists it)", False
+        shared = True
+    return None, shared
+
+
+def _walk(path: str | os.PathLike[str], group: TrustedGroup | None) -> tuple[str | None, bool]:
     pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
     done = Path("/")  # resolved so far: real directories only, each checked
     hops = 0
+    shared = False
     while True:
         try:
             st = os.lstat(done)
         except OSError as error:
-            return f"{done}: {error.strerror.lower()}"
+            return f"{done}: {error.strerror.lower()}", shared
         if stat.S_ISLNK(st.st_mode):
             hops += 1
-            if st.st_uid not in (os.geteuid(), 0) or hops > MAX_HOPS:
-                return f"{done} is a symbolic link of {_owner(st)}'s"
+            if hops > MAX_HOPS:
+                return f"{done} is a symbolic link of {_owner(st)}'s", shared
+            if st.st_uid not in (os.geteuid(), 0):
+                if group is None or not group.has_member(st.st_uid):
+                    return f"{done} is a symbolic link of {_owner(st)}'s", shared
+                shared = True
             target = os.readlink(done)
             pending = [p for p in target.split("/") if p] + pending
             done = Path("/") if target.startswith("/") else done.parent
             continue
         last = not pending
-        if st.st_uid not in (os.geteuid(), 0):
-            return f"{done} belongs to {_owner(st)}"
-        if st.st_mode & OTHERS_WRITE and (last or not st.st_mode & stat.S_ISVTX):
-            sticky = "" if last else " and is not sticky"
-            return f"{done} can be written by other users (mode {_mode(st)}){sticky}"
-        if last:
-            return None
+        problem, by_group = _step_problem(done, st, last, group)
+        shared = shared or by_group
+        if problem or last:
+            return problem, shared
         step, pending = pending[0], pending[1:]
         if step == "..":
             done = done.parent

@@ -2,7 +2,7 @@
 #FLUX: --job-name=dask-hpc
 #FLUX: --nodes=2
 #FLUX: --nslots=8
-#FLUX: --cores-per-slot=24
+#FLUX: --cores-per-slot=21
 #FLUX: --gpus-per-slot=1
 #FLUX: --time-limit=120m
 #FLUX: --bank=mybank
@@ -45,4 +45,6 @@ dask_hpc_clean() {  # drop variable $1's unsafe entries, in one line
   if [ -n "$kept" ]; then export "$name=$kept"; else unset "$name"; fi
 }
 for dask_hpc_variable in PYTHONPATH PATH LD_LIBRARY_PATH JUPYTER_PATH JUPYTER_CONFIG_PATH R_LIBS R_LIBS_USER R_LIBS_SITE NODE_PATH; do dask_hpc_clean "$dask_hpc_variable"; done
-flux run --nodes=2 --ntasks=8 --cores-per-task=24 --gpus-per-task=1 -o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none start-cluster gpu 4 --site elcapitan -- python job.py
+# What every rank runs is here (else each would fail alone: exit 127, not found)
+command -v start-cluster >/dev/null 2>&1 || { echo "dask-hpc: start-cluster is not on this job's PATH ($PATH); activate the Python environment with dask-hpc before submitting (sbatch and flux batch pass your shell's environment on; qsub needs -V), or give --python /path/to/env/bin/python" >&2; exit 2; }
+flux run --nodes=2 --ntasks=8 --cores-per-task=21 --gpus-per-task=1 -o cpu-affinity=per-task -o gpu-affinity=per-task -o exit-timeout=none start-cluster gpu 4 --site elcapitan -- python job.py
