@@ -29,9 +29,11 @@ MISREAD = (
 )
 
 JOB = """
-import json, dask.config
+import json, os, dask.config
 keys = ("scheduler-address", "distributed.dashboard.link", "distributed.comm.tls.ca-file")
-print("READ " + json.dumps({key: dask.config.get(key) for key in keys}))
+read = {key: dask.config.get(key) for key in keys}
+read["connect"] = os.environ.get("DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT")
+print("READ " + json.dumps(read))
 """
 
 
@@ -74,5 +76,7 @@ def test_a_cluster_in_directories_whose_names_dask_would_misread_reads_them_as_w
     read = json.loads(next(x[5:] for x in res.stdout.splitlines() if x.startswith("READ ")))
     assert read["scheduler-address"].startswith("tls://127.0.0.1:")
     assert read["distributed.comm.tls.ca-file"].startswith(f"{odd}/shared/")
+    # the cluster's connect timeout (planning.scaling), as its scheduler and workers have it
+    assert re.fullmatch(r"\d+s", read["connect"] or ""), read
     # COMMAND's link has no token (its output is a file others may read), read as written
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+/status", read["distributed.dashboard.link"])

@@ -63,7 +63,7 @@ from pathlib import Path
 
 from .common import measure, note, parser, wait_for
 from .faults_report import PHASES, report
-from .launch import PROBE, Launch, dump, module, split_cpus
+from .launch import PROBE, Launch, dump, exited, module, split_cpus
 from .sim import RANKS_PER_SIM
 
 BLOCK = 25  # ranks per killed process: 100 lost ranks at 1,000 are 4 "nodes" of 25
@@ -114,7 +114,7 @@ class Fault(threading.Thread):
         self.problem: str | None = None
 
     def ended(self) -> bool:
-        return self.launch.rank0 is not None and self.launch.rank0.poll() is not None
+        return exited(self.launch.rank0)
 
     def run(self) -> None:
         timeout = self.timeout
@@ -227,8 +227,9 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
             if scenario == "stuck":
                 os.kill(proc.pid, signal.SIGSTOP)  # before it has even imported Dask
     stopped = time.time()
-    fault = Fault(scenario, launch, special_procs, go, job_out, len(procs) - len(special_procs),
-                  opts, timeout)
+    fault = Fault(
+        scenario, launch, special_procs, go, job_out, len(procs) - len(special_procs), opts, timeout
+    )
     fault.start()
     try:
         ends, _ = launch.reap(timeout)
@@ -242,13 +243,17 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     ready = launch.ready_at()
     if ready is None:
         raise RuntimeError(f"{scenario}: the cluster never became ready:\n" + dump(launch.lines))
-    job = json.loads(job_out.read_text()) if job_out.exists() else {"error": "no job output"}
+    if job_out.exists():
+        job = json.loads(job_out.read_text())
+    else:  # COMMAND wrote nothing: what rank 0 (and COMMAND, on its stderr) said last
+        tail = " / ".join(line for _, line in launch.lines[-3:])
+        job = {"error": f"no job output; rank 0's last lines: {tail}"[:400]}
     if not faults.exists():
         raise RuntimeError(f"{scenario}: the scheduler's probe wrote nothing:\n"
                            + dump(launch.lines))  # fmt: skip
     probe = json.loads(faults.read_text())
-    exited = next((t for t, line in launch.lines if "command exited" in line), None)
-    end = exited or max(ends.values())  # removals from then on are the cluster's shutdown
+    command_exit = next((t for t, line in launch.lines if "command exited" in line), None)
+    end = command_exit or max(ends.values())  # removals from then on are the cluster's shutdown
     kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
     before_end = [r for r in probe["removals"] if r[0] < end]
     gone = [(t, why) for t, name, why, _ in before_end if name in special_names]
@@ -313,6 +318,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "expected_after": expected_after,
         "tasks": job.get("tasks"),
         "result_ok": bool(job.get("result_ok")),
+        "reconnects": job.get("reconnects"),
+        "job_connect_timeout": job.get("connect_timeout"),
         "job_error": job.get("error"),
         "kill_to_done_s": job["done"] - kill if kill and "done" in job else None,
         "job_s": (job["done"] - job["started"]) if "done" in job else None,
@@ -322,8 +329,9 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "stalls_over_1s": sum(1 for s in stalls if s[0] > 1),
         "stalls": sorted(stalls, reverse=True)[:20],
         "stall_stacks": stacks,
-        "accepted": {p: sum(1 for t in probe["accepted"] if phase_of(t, marks) == p)
-                     for p in PHASES},  # fmt: skip
+        "accepted": {
+            p: sum(1 for t in probe["accepted"] if phase_of(t, marks) == p) for p in PHASES
+        },  # fmt: skip
         "gc": probe["gc"],
         "stall_by_phase": longest,
         "busiest_by_phase": busiest_by_phase,
@@ -338,7 +346,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "stall": opts.stall,
         "hung_timeout": opts.hung_timeout,
         "woken_exit_s": max(ends[p.pid] for p in special_procs) - fault.at["cont"]
-        if scenario == "hang" and "cont" in fault.at else None,
+        if scenario == "hang" and "cont" in fault.at
+        else None,
         "load_start": load_start,
         "load": os.getloadavg()[0],
     }
@@ -350,9 +359,11 @@ def scenarios(opts: argparse.Namespace, tmp: Path) -> Iterator[dict]:
         opts.scenario, [opts.scenario])  # fmt: skip
     for scenario in names:
         r = run_scenario(scenario, opts, tmp)
-        note(f"measured {scenario} at W={opts.workers}: start {r['start_s']:.1f} s, "
-             f"removed {r['removed']}, longest stall {r['longest_stall_s']:.2f} s, "
-             f"result {'right' if r['result_ok'] else 'WRONG'}, load {r['load']:.1f}")
+        note(
+            f"measured {scenario} at W={opts.workers}: start {r['start_s']:.1f} s, "
+            f"removed {r['removed']}, longest stall {r['longest_stall_s']:.2f} s, "
+            f"result {'right' if r['result_ok'] else 'WRONG'}, load {r['load']:.1f}"
+        )
         yield r
 
 
@@ -361,9 +372,13 @@ PROG = "benchmarks.scale.faults"
 
 def main() -> int:
     p = parser(PROG, __doc__ or "", 1000, 600, "scenario")
-    p.add_argument("--scenario", choices=("kill", "stuck", "hang", "both", "all"),
-                   default="all", help="all: kill, stuck and hang (SIGSTOP of "
-                   "--hang-fraction of the ranks mid-computation); both: kill and stuck")
+    p.add_argument(
+        "--scenario",
+        choices=("kill", "stuck", "hang", "both", "all"),
+        default="all",
+        help="all: kill, stuck and hang (SIGSTOP of "
+        "--hang-fraction of the ranks mid-computation); both: kill and stuck",
+    )
     p.add_argument("--hung-timeout", type=float, default=30.0,
                    help="rank 0's hpc.hung-timeout (0: off, Dask's worker-ttl alone: "
                    "start-cluster's is at least 5 minutes)")  # fmt: skip

@@ -35,44 +35,86 @@ ROWS: list[Row] = [
     ("SIGCONT -> all connected (s)", lambda r: cell(r["cont_to_ready_s"])),
     ("fault -> first lost worker removed (s)", lambda r: cell(r["first_removed_s"])),
     ("fault -> every lost worker removed (s)", lambda r: cell(r["all_removed_s"])),
-    ("lost workers removed", lambda r: f"{r['removed']}/{r['special_workers']}"
-     if r["scenario"] != "stuck" else "–"),  # fmt: skip
-    ("hung ranks woken (SIGCONT) -> their processes exited (s)",
-     lambda r: cell(r["woken_exit_s"])),
-    ("scheduler loop CPU, first to last removal, per lost worker (ms; the job's too)",
-     lambda r: cell(r["removal_ms"], "{:.1f}")),
-    ("  in Dask's remove_worker: mean; longest call (ms)", lambda r:
-     f"{r['in_remove_ms']:.1f}; {r['in_remove_max_ms']:.1f}" if r["in_remove_ms"] else "–"),
-    ("why the scheduler removed them", lambda r: ", ".join(
-        f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–"),  # fmt: skip
+    (
+        "lost workers removed",
+        lambda r: f"{r['removed']}/{r['special_workers']}" if r["scenario"] != "stuck" else "–",
+    ),  # fmt: skip
+    ("hung ranks woken (SIGCONT) -> their processes exited (s)", lambda r: cell(r["woken_exit_s"])),
+    (
+        "scheduler loop CPU, first to last removal, per lost worker (ms; the job's too)",
+        lambda r: cell(r["removal_ms"], "{:.1f}"),
+    ),
+    (
+        "  in Dask's remove_worker: mean; longest call (ms)",
+        lambda r: (
+            f"{r['in_remove_ms']:.1f}; {r['in_remove_max_ms']:.1f}" if r["in_remove_ms"] else "–"
+        ),
+    ),
+    (
+        "why the scheduler removed them",
+        lambda r: ", ".join(f"{why}: {n}" for why, n in sorted(r["whys"].items())) or "–",
+    ),  # fmt: skip
     ("healthy workers removed before COMMAND's end", lambda r: str(r["healthy_dropped"])),
     ("workers at the end / expected", lambda r: f"{r['workers_after']}/{r['expected_after']}"),
-    ("result right (every task's value)", lambda r: "yes" if r["result_ok"] else
-     f"NO ({r['job_error'] or 'wrong values'})"),  # fmt: skip
+    (
+        "result right (every task's value)",
+        lambda r: "yes" if r["result_ok"] else f"NO ({r['job_error'] or 'wrong values'})",
+    ),  # fmt: skip
+    (
+        "the job's calls made again after its connection failed (its connect timeout)",
+        lambda r: f"{r.get('reconnects')} ({r.get('job_connect_timeout')})",
+    ),  # fmt: skip
     ("computation: submit -> all done (s)", lambda r: cell(r["job_s"])),
     ("fault -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
     ("longest scheduler loop stall (s)", lambda r: cell(r["longest_stall_s"])),
-    ("  its phase; CPU in it of the loop's thread, of its process (s)",
-     lambda r: stall_cpu(r["longest_stall"])),
-    ("stall with the most CPU of the loop's thread (s)",
-     lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0])),
-    ("  its phase; CPU in it of the loop's thread, of its process (s)",
-     lambda r: stall_cpu(r["busiest_stall"])),
+    (
+        "  its phase; CPU in it of the loop's thread, of its process (s)",
+        lambda r: stall_cpu(r["longest_stall"]),
+    ),
+    (
+        "stall with the most CPU of the loop's thread (s)",
+        lambda r: cell(r["busiest_stall"] and r["busiest_stall"][0]),
+    ),
+    (
+        "  its phase; CPU in it of the loop's thread, of its process (s)",
+        lambda r: stall_cpu(r["busiest_stall"]),
+    ),
     ("stalls over 1 s", lambda r: str(r["stalls_over_1s"])),
-    *((f"  {p}: longest stall; the most loop CPU in one (s)", lambda r, p=p:
-       f"{r['stall_by_phase'][p]:.2f}; {r['busiest_by_phase'][p]:.2f}"
-       if r["stall_by_phase"][p] else "< 0.10") for p in PHASES),  # fmt: skip
-    ("connections the scheduler accepted: " + ", ".join(PHASES), lambda r:
-     ", ".join(str(r["accepted"][p]) for p in PHASES)),  # fmt: skip
-    ("Dask's tick warnings over 1 s (longest, s)", lambda r:
-     f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})"),  # fmt: skip
-    ("rank 0's lines, fault -> COMMAND's end: start-cluster's, Dask's", lambda r:
-     f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
-     if r["scenario"] != "stuck" else "–"),
-    ("rank 0's lines while the ranks were stopped", lambda r:
-     str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–"),
-    ("load avg (1 min) at launch, at the end", lambda r:
-     f"{r['load_start']:.1f}, {r['load']:.1f}"),  # fmt: skip
+    *(
+        (
+            f"  {p}: longest stall; the most loop CPU in one (s)",
+            lambda r, p=p: (
+                f"{r['stall_by_phase'][p]:.2f}; {r['busiest_by_phase'][p]:.2f}"
+                if r["stall_by_phase"][p]
+                else "< 0.10"
+            ),
+        )
+        for p in PHASES
+    ),  # fmt: skip
+    (
+        "connections the scheduler accepted: " + ", ".join(PHASES),
+        lambda r: ", ".join(str(r["accepted"][p]) for p in PHASES),
+    ),  # fmt: skip
+    (
+        "Dask's tick warnings over 1 s (longest, s)",
+        lambda r: f"{r['dask_ticks']} ({r['dask_longest_tick_s']:.2f})",
+    ),  # fmt: skip
+    (
+        "rank 0's lines, fault -> COMMAND's end: start-cluster's, Dask's",
+        lambda r: (
+            f"{r['rank0_own_lines']}, {r['rank0_said_lines'] - r['rank0_own_lines']}"
+            if r["scenario"] != "stuck"
+            else "–"
+        ),
+    ),
+    (
+        "rank 0's lines while the ranks were stopped",
+        lambda r: str(r["lines_while_stuck"]) if r["scenario"] == "stuck" else "–",
+    ),
+    (
+        "load avg (1 min) at launch, at the end",
+        lambda r: f"{r['load_start']:.1f}, {r['load']:.1f}",
+    ),  # fmt: skip
 ]
 
 
@@ -86,7 +128,7 @@ def report(results: list[dict]) -> None:
         "kill": "{special} ranks killed (SIGKILL of {special_procs} processes) mid-computation",
         "hang": "{special} ranks hung (SIGSTOP of {special_procs} processes) mid-computation",
         "stuck": "{special} rank(s) stopped (SIGSTOP) at launch, before the roll call, for "
-                 "{stalled:.0f} s ({stall:g} s after the others connected)",
+        "{stalled:.0f} s ({stall:g} s after the others connected)",
     }
     heads = [titles[r["scenario"]].format(stalled=r["stalled_s"] or 0, **r) for r in results]
     table("", heads, ROWS, results)
@@ -131,33 +173,39 @@ def details(results: list[dict]) -> None:
     for r in results:
         if r["rank0_said"]:
             n = r["rank0_said_lines"]
-            print(f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5, "
-                  "start-cluster's own first):")
+            print(
+                f"\n{r['scenario']}: rank 0 said after the fault ({n} lines; the first 5, "
+                "start-cluster's own first):"
+            )
             for line in r["rank0_said"]:
                 print(f"    {line[:200]}")
             print("  by kind:")
             for what, n in r["rank0_said_kinds"]:
                 print(f"    {n:4d}  {what}")
         if r["progress_while_stuck"]:
-            print(f"\n{r['scenario']}: rank 0's last lines while the ranks were stopped "
-                  f"({r['lines_while_stuck']} lines):")
+            print(
+                f"\n{r['scenario']}: rank 0's last lines while the ranks were stopped "
+                f"({r['lines_while_stuck']} lines):"
+            )
             for line in r["progress_while_stuck"]:
                 print(f"    {line[:200]}")
         if r["stall_stacks"]:
-            print(f"\n{r['scenario']}: where the scheduler's loop was while over 0.25 s late "
-                  "(sampled every 50 ms; the 3 most common stacks, innermost first):")
+            print(
+                f"\n{r['scenario']}: where the scheduler's loop was while over 0.25 s late "
+                "(sampled every 50 ms; the 3 most common stacks, innermost first):"
+            )
             for phase, (samples, top) in r["stall_stacks"].items():
                 print(f"  {phase}: {samples} samples")
                 for n, where in top:
                     print(f"    {n:4d}  {where[:300]}")
         gen2 = r["gc"].get("2")
         if gen2:
-            print(f"\n{r['scenario']}: the scheduler's full garbage collections: {gen2[0]:.0f}, "
-                  f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s (its thread's CPU: "
-                  f"{gen2[3]:.2f} s in all, the longest {gen2[4]:.2f} s)")
+            print(
+                f"\n{r['scenario']}: the scheduler's full garbage collections: {gen2[0]:.0f}, "
+                f"{gen2[1]:.2f} s in all, the longest {gen2[2]:.2f} s (its thread's CPU: "
+                f"{gen2[3]:.2f} s in all, the longest {gen2[4]:.2f} s)"
+            )
         if r["problem"]:
             print(f"\n{r['scenario']}: {r['problem']}")
         if r["healthy_dropped_names"]:
             print(f"\n{r['scenario']}: healthy workers removed: {r['healthy_dropped_names']}")
-
-

@@ -100,6 +100,19 @@ def split_cpus(pin: bool) -> tuple[set[int] | None, set[int] | None]:
     return {cpus[0]}, set(cpus[1:])
 
 
+def exited(proc: subprocess.Popen | None) -> bool:
+    """Whether ``proc`` has exited, without reaping it (``Launch.reap`` does: a
+    ``Popen.poll`` here took its status first, and ``reap``'s wait then failed)."""
+    if proc is None:
+        return False
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:  # reaped meanwhile (by ``reap``): it has exited
+        return True
+
+
 def pinned_to(cpus: set[int] | None) -> Callable[[], None] | None:
     """A ``preexec_fn`` that binds the child to ``cpus`` (None: no binding)."""
     if cpus is None:
@@ -138,8 +151,17 @@ class Launch:
             d.mkdir(parents=True)
         self.env = {
             **os.environ,
-            # src, and the repository for this package's modules (``module``)
-            "PYTHONPATH": os.pathsep.join([str(SRC), str(REPO), os.environ.get("PYTHONPATH", "")]),
+            # src, and the repository for this package's modules (``module``); the caller's
+            # entries made absolute: start-cluster refuses a module imported through a relative
+            # one (``PYTHONPATH=src``, as the docs' commands run it: guard.search_paths)
+            "PYTHONPATH": os.pathsep.join(
+                [str(SRC), str(REPO)]
+                + [
+                    os.path.abspath(p)
+                    for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                    if p
+                ]
+            ),
             "DASK_HPC__SCHEDULER_DIRECTORY": str(self.sched_dir),
             "PYTHONUNBUFFERED": "1",
         }

@@ -35,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from .common import Row, goals_table, measure, note, parser, table, wait_for
-from .launch import Launch, dump, module, split_cpus
+from .launch import Launch, dump, exited, module, split_cpus
 from .sim import RANKS_PER_SIM
 
 KILL_WAIT = 30.0  # Slurm's default KillWait: SIGKILL that long after the SIGTERM
@@ -74,7 +74,7 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     for first in firsts:
         launch.start_sim(first, min(RANKS_PER_SIM, size - first), sim_cpus)
     stopped_at = None
-    wait_for(lambda: ready_file.exists() or rank0.poll() is not None, opts.timeout, 0.05)
+    wait_for(lambda: ready_file.exists() or exited(rank0), opts.timeout, 0.05)
     if not ready_file.exists():
         for proc, _ in launch.sims:
             proc.kill()
@@ -98,8 +98,8 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     if ready is None:
         raise RuntimeError(f"W={workers}: the cluster never became ready:\n{dump(launch.lines)}")
     last_start = max(s["last_start"] for s in sim_stats) if sim_stats else start
-    exited = next((t for t, line in launch.lines if "command exited" in line), None)
-    stop_at = stopped_at or exited or max(ends.values())
+    command_exit = next((t for t, line in launch.lines if "command exited" in line), None)
+    stop_at = stopped_at or command_exit or max(ends.values())
     said = [line for t, line in launch.lines if t >= stop_at]
     return {
         "workers": workers,
@@ -164,8 +164,10 @@ def runs(opts: argparse.Namespace, tmp: Path) -> Iterator[dict]:
     for workers in opts.workers:
         for stop in stops:
             r = run_one(workers, stop, opts, tmp)
-            note(f"W={workers} {stop}: connected {r['connect_s']:.1f} s after the last start, "
-                 f"rank 0 gone {r['rank0_exit_s']:.1f} s after the stop, load {r['load']:.1f}")
+            note(
+                f"W={workers} {stop}: connected {r['connect_s']:.1f} s after the last start, "
+                f"rank 0 gone {r['rank0_exit_s']:.1f} s after the stop, load {r['load']:.1f}"
+            )
             yield r
 
 
@@ -177,8 +179,12 @@ def main() -> int:
         settled, sims, ready, stop, timeout = sys.argv[2:7]
         return job_main(settled, int(sims), ready, stop, float(timeout))
     p = parser(PROG, __doc__ or "", [1000, 10000], 900, "run")
-    p.add_argument("--stop", choices=("command", "sigterm", "sigterm-ranks", "all"),
-                   default="all", help="how the cluster is stopped (all: each way, a run each)")
+    p.add_argument(
+        "--stop",
+        choices=("command", "sigterm", "sigterm-ranks", "all"),
+        default="all",
+        help="how the cluster is stopped (all: each way, a run each)",
+    )
     opts = p.parse_args()
     return measure("dask-hpc-scale-stop-", opts.json, lambda tmp: runs(opts, tmp), report)
 

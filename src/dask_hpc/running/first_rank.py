@@ -228,6 +228,14 @@ class FirstRank(Rank):
             token=self.roster.token if self.roster else None,
         )
         write_scheduler_file(plan.scheduler_file, self.info)
+        # COMMAND's client waits as long as the cluster's own connections do (scaled with the
+        # cluster's size: planning.scaling), not Dask's 30 s: at 10,000 workers a connection
+        # opened while the scheduler's loop was busy timed out and the job lost its result
+        # (issue 46)
+        timeouts = "DASK_DISTRIBUTED__COMM__TIMEOUTS__"
+        os.environ.update(
+            {k: v for k, v in self.scheduler_spec.env.items() if k.startswith(timeouts)}
+        )
         os.environ.update(self.info.client_env())
         self.start_workers(self.info.address, tls)
         ready = lambda: len(self.workers) >= plan.total_workers  # noqa: E731
