@@ -80,6 +80,17 @@ def build(
     signed = f", signed with {plan.sign_key}" if plan.sign_key else ", unsigned"
     digest = plan.digest_file.read_text().split()[0]
     print(f"built {plan.output} (sha256 {digest}{signed})")
+    from dask_hpc.guard.images import recorded_digest
+    from dask_hpc.images_enroot import for_site  # the site's Pyxis image too (issue 45)
+
+    sqsh = for_site(site, plan.output, plan.sign_key)
+    if sqsh:
+        print(f"made {sqsh} from it, for Pyxis (sha256 {recorded_digest(sqsh)}{signed})")
+    from dask_hpc import images_podman  # the site's podman-hpc image too (issue 45)
+
+    oci = images_podman.for_site(site, plan.output, plan.sign_key)
+    if oci:
+        print(f"made {oci} from it, for podman-hpc (sha256 {recorded_digest(oci)}{signed})")
 
 
 TRUST_HELP = {
@@ -193,6 +204,8 @@ def job(
     output: str = "",
     image_key: str = "",
     no_verify: bool = False,
+    image_group: str = "",
+    runtime: str = "",
     gpus_per_node: int = 0,
     cpus_per_worker: int = 0,
     memory_per_worker: str = "",

@@ -26,6 +26,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "batch": {"errors", "config", "guard", "planning"},
     "cli": {"errors", "guard", "planning", "running"},
     "images": {"guard"},  # python -m dask_hpc.images, the documented command
+    # a SIF's file system as the image another runtime takes (invoke build's hooks)
+    "images_enroot": {"guard", "planning"},
+    "images_podman": {"guard", "planning", "images_enroot"},
     "elastic": {"errors", "config", "guard", "planning", "at_scale", "batch", "cli"},
     # the console scripts' first code (search paths made safe), then each program's main
     "entry": {"guard", "cli", "batch", "elastic"},

@@ -10,24 +10,13 @@ files) is out of our reach: where it came from a dropped entry, nothing is start
 exit 2); job scripts clean these variables before Python starts (``batch/templates``).
 """
 
-import sys
 
 from .guard import search_paths
 
 
-def _safe(prog: str) -> int | None:
-    """Make the search paths safe; an exit status where the process must stop."""
-    try:
-        search_paths.apply()
-    except search_paths.PlantedModules as error:
-        sys.stderr.write(f"{prog}: error: {error}\n")
-        return 2
-    return None
-
-
 def start_cluster() -> int:
     """``start-cluster``."""
-    refused = _safe("start-cluster")
+    refused = search_paths.start("start-cluster")
     if refused is not None:
         return refused
     from .cli import main
@@ -37,7 +26,7 @@ def start_cluster() -> int:
 
 def hpc_cluster() -> int:
     """``hpc-cluster``."""
-    refused = _safe("hpc-cluster")
+    refused = search_paths.start("hpc-cluster")
     if refused is not None:
         return refused
     from .elastic.cli import main
@@ -47,7 +36,7 @@ def hpc_cluster() -> int:
 
 def hpc_job() -> int:
     """``hpc-job``."""
-    refused = _safe("hpc-job")
+    refused = search_paths.start("hpc-job")
     if refused is not None:
         return refused
     from .batch.jobcli import main

@@ -11,7 +11,11 @@ Targets (each a fresh copy of a cached debootstrap tarball):
   2.17 (DeepOps' pin) and DeepOps' ansible.cfg: master exports /sw (/etc/exports, as DeepOps'
   nfs-server role leaves it) and the node mounts it, over sshfs (two_nodes.SshfsShare: no
   NFS in this kernel); master has one system group more (its gids differ from the node's);
-- noindex: Debian 12 whose pip names a package index nothing answers on.
+- noindex: Debian 12 whose pip names a package index nothing answers on;
+- pyxis: Debian 12 made to look like DeepOps today (pyxis_support.emulate_deepops_pyxis: Pyxis's
+  plugstack.conf.d/pyxis.conf and an enroot stand-in, as detection input only), the image
+  provider with a signed squashfs: first converged under ansible-core 2.17 and DeepOps'
+  ansible.cfg, converged again under the newest.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ansible_support import (
     write_inventory,
 )
 from node_support import live_sysctls, make_fake_apptainer_deb, prepare_node, run_base, sha256
+from pyxis_support import emulate_deepops_pyxis
 from two_nodes import SshfsShare
 
 NO_VARS = ("debian12", "ubuntu2204", "ubuntu2404")
@@ -100,6 +105,7 @@ def env() -> Iterator[Env]:
             "master": Target("master", "debian12.tar", "slurm-master"),
             "node": Target("node", "debian12.tar", "slurm-node"),
             "noindex": Target("noindex", "debian12.tar", "slurm-node"),
+            "pyxis": Target("pyxis", "debian12.tar", "slurm-node"),
         }
         procs = []
         for t in targets.values():
@@ -144,6 +150,7 @@ def env() -> Iterator[Env]:
             "dask_hpc_group_gid": 2500,
             "dask_hpc_sysctl_extra": {"net.ipv4.tcp_max_syn_backlog": 8192},
         }
+        targets["pyxis"].hostvars = emulate_deepops_pyxis(targets["pyxis"].root, workdir)
         inventories = {
             name: write_inventory(workdir / f"inventory-{name}.json", [t])
             for name, t in targets.items()
@@ -230,6 +237,7 @@ def _fresh_runs(env: Env) -> dict[str, tuple[str, tuple[str, ...]]]:
         "unknown_user": ("fresh", ("-e", '{"dask_hpc_users": ["alice", "nosuchuser"]}')),
         "unknown_site": ("fresh", ("-e", "dask_hpc_site=deepop")),
         "bad_image_checksum": ("fresh", ("-e", image_bad)),
+        "pyxis_asked_none_there": ("fresh", ("-e", "dask_hpc_container_runtime=pyxis")),
     }
 
 
@@ -258,6 +266,7 @@ def first_runs(env: Env) -> dict[str, PlaybookRun]:
         f"converge_{name}": (env.inventories[name], (), {}) for name in (*NO_VARS, "configured")
     }
     jobs["converge_deepops"] = (env.inventories["deepops"], (), DEEPOPS_RUN)
+    jobs["converge_pyxis"] = (env.inventories["pyxis"], (), DEEPOPS_RUN)
     for name, (inventory, args) in _fresh_runs(env).items():
         jobs[name] = (env.inventories[inventory], args, {})
     return run_side_by_side(env.workdir, jobs)
@@ -279,6 +288,7 @@ def reruns(converged: Env) -> dict[str, PlaybookRun]:
     for name in (*NO_VARS, "configured"):
         jobs[f"again_{name}"] = (converged.inventories[name], (), {})
     jobs["again_deepops"] = (converged.inventories["deepops"], (), DEEPOPS_RUN)
+    jobs["again_pyxis"] = (converged.inventories["pyxis"], (), {})  # the newest ansible-core
     for name in CHECKED:
         jobs[f"check_{name}"] = (converged.inventories[name], ("--check", "--diff"), {})
     return run_side_by_side(converged.workdir, jobs)

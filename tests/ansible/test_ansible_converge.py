@@ -116,6 +116,11 @@ REFUSED = {
     "unknown_user": "dask_hpc_users nosuchuser: no such user on fresh (getent passwd)",
     "unknown_site": 'dask_hpc_site "deepop" is not a dask-hpc site profile: use one of',
     "bad_image_checksum": f"not dask_hpc_image_checksum sha256:{'0' * 64}: fix the checksum",
+    "pyxis_asked_none_there": (
+        "dask_hpc_container_runtime=pyxis, but fresh has no Pyxis (no line naming spank_pyxis.so "
+        "in /etc/slurm/plugstack.conf or /etc/slurm/plugstack.conf.d/*.conf): install Pyxis and "
+        "Enroot first"
+    ),
     "two_nodes_unshared": (
         "node-a shares none of /sw, /shared, /home over a network file system or an NFS export, "
         "and the cluster has 2 nodes"

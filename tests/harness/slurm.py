@@ -8,6 +8,10 @@ ports, ``auth/none`` + ``cred/none``, state in a private directory.  Jobs are po
 made in the private directory, copies of /dev/null; 22.05 refuses regular files): a job that
 asks for them (``--gres=gpu:N``, ``--gpus-per-node``) gets ``CUDA_VISIBLE_DEVICES`` from
 Slurm, one that does not gets none, as on a DeepOps cluster.
+
+``plugstack`` (lines of a ``plugstack.conf``, e.g. Pyxis's ``required .../spank_pyxis.so``)
+loads SPANK plugins in srun and slurmstepd; ``daemon_env`` adds to the daemons' environment
+(what slurmstepd passes the plugins: Enroot's ``PATH`` and ``ENROOT_SYSCONF_PATH``).
 """
 
 from __future__ import annotations
@@ -27,8 +31,15 @@ from .waiting import WaitTimeout, free_ports, wait_for
 
 TERMINAL_STATES = frozenset(
     {
-        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-        "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
     }
 )
 
@@ -104,6 +115,8 @@ class SlurmCluster:
         gpus: int = 0,
         memory_mb: int = 1024,
         features: str = "",
+        plugstack: str = "",
+        daemon_env: Mapping[str, str] | None = None,
     ) -> None:
         self.root = Path(workdir).resolve()
         self.gpus = gpus
@@ -117,6 +130,8 @@ class SlurmCluster:
         self.unkillable_timeout = unkillable_timeout
         self.slurmd_timeout = slurmd_timeout  # a node silent this long is DOWN (node failure)
         self.extra_conf = extra_conf
+        self.plugstack = plugstack
+        self.daemon_env = dict(daemon_env or {})
         self.partitions = dict(partitions or {})  # more partitions: name -> their options
         self.conf_path = self.root / "slurm.conf"
         self.env: dict[str, str] = {"SLURM_CONF": str(self.conf_path)}
@@ -149,6 +164,9 @@ class SlurmCluster:
             for n, p in zip(self.nodes, node_ports, strict=True)
         )
         extra = self.extra_conf
+        if self.plugstack:  # SPANK plugins, for srun and slurmstepd alike
+            (self.root / "plugstack.conf").write_text(self.plugstack.rstrip("\n") + "\n")
+            extra = f"PlugStackConfig={self.root / 'plugstack.conf'}\n{extra}"
         if self.gpus:
             extra = f"GresTypes=gpu\n{extra}"
             self._write_gres_conf()
@@ -187,6 +205,7 @@ class SlurmCluster:
     def _daemon_env(self) -> dict[str, str]:
         env = clean_daemon_env(os.environ)
         env.update(self.env)
+        env.update(self.daemon_env)
         return env
 
     def start(self, timeout: float = 30.0) -> None:
@@ -214,8 +233,13 @@ class SlurmCluster:
         log = self.root / "log" / f"{name}.stderr"
         with open(log, "ab") as err:
             proc = subprocess.run(
-                argv, env=dict(env), stdin=subprocess.DEVNULL, stdout=err, stderr=err,
-                timeout=30, start_new_session=True,
+                argv,
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+                timeout=30,
+                start_new_session=True,
             )
         if proc.returncode != 0:
             raise SlurmError(f"{' '.join(argv)} exited {proc.returncode}: {log.read_text()}")
@@ -254,8 +278,11 @@ class SlurmCluster:
                 for part in (self.partition, *self.partitions):
                     self.run(["scancel", "--full", "--partition", part], timeout=10)
                 try:
-                    wait_for(lambda: not self.jobs(), min(timeout, 2 * self.kill_wait + 10),
-                             what="Slurm jobs to end")
+                    wait_for(
+                        lambda: not self.jobs(),
+                        min(timeout, 2 * self.kill_wait + 10),
+                        what="Slurm jobs to end",
+                    )
                 except WaitTimeout:
                     pass  # Stopping slurmd below ends its steps anyway.
         finally:
@@ -267,8 +294,11 @@ class SlurmCluster:
                 except ProcessLookupError:
                     pass
             try:
-                wait_for(lambda: not any(pid_alive(p) for p in pids), timeout,
-                         what="Slurm daemons to exit")
+                wait_for(
+                    lambda: not any(pid_alive(p) for p in pids),
+                    timeout,
+                    what="Slurm daemons to exit",
+                )
             except WaitTimeout:
                 for pid in pids:
                     if pid_alive(pid):
@@ -366,7 +396,13 @@ class SlurmCluster:
         try:
             wait_for(reached, timeout, interval=0.1, what=f"job {job_id} in {sorted(states)}")
         except WaitTimeout as e:
-            raise WaitTimeout(f"{e}; last state {result[0] if result else None}") from None
+            info = self.job_info(job_id)  # why it waits (Reason=), the nodes' states, the log
+            nodes = self.run(["sinfo", "-h", "-N", "-o", "%N %T %E"], timeout=10).stdout
+            raise WaitTimeout(
+                f"{e}; last state {result[0] if result else None}, reason "
+                f"{info.get('Reason')}; nodes: {nodes.strip()!r}; slurmctld: "
+                f"{self.log()[-1500:]}"
+            ) from None
         return result[0]
 
     def wait_running(self, job_id: str, timeout: float = 30.0) -> str:
@@ -399,8 +435,11 @@ class SlurmCluster:
         """Cancel every job and wait until ``squeue`` lists none."""
         for part in (self.partition, *self.partitions):
             self.run(["scancel", "--partition", part], timeout=15)
-        wait_for(lambda: not self.jobs(), timeout or 2 * self.kill_wait + 15,
-                 what="all Slurm jobs to end")
+        wait_for(
+            lambda: not self.jobs(),
+            timeout or 2 * self.kill_wait + 15,
+            what="all Slurm jobs to end",
+        )
 
     def log(self, name: str = "slurmctld") -> str:
         """A daemon's log (``slurmctld`` or a node name)."""

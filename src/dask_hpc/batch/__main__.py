@@ -2,7 +2,12 @@
 
 import sys
 
-from ..entry import hpc_job
+from ..guard import search_paths
 
 if __name__ == "__main__":
-    sys.exit(hpc_job())
+    refused = search_paths.start("hpc-job")  # as the console script's dask_hpc.entry
+    if refused is not None:
+        sys.exit(refused)
+    from .jobcli import main
+
+    sys.exit(main())

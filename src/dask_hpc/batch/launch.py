@@ -1,5 +1,7 @@
 """A job's launch line: the launcher's words for one rank per worker, each rank running
-start-cluster, inside the image (``apptainer exec``) where the job has one.
+start-cluster, inside the image where the job has one: ``apptainer exec IMAGE``, under Pyxis
+srun's own ``--container-image`` options, under podman-hpc the job's rank script, which runs
+``podman-hpc run`` (``batch.runtimes``).
 
 The launchers' lines are data (``systems.yaml``); a site profile adds to them what its guide
 asks (``batch.gpu_bind``, ``batch.cpu_bind: list``: ``batch.cpus``).
@@ -34,6 +36,10 @@ def apptainer_gpu_flag(vendor: str | None) -> str:
     return str(data()["apptainer_gpu_flags"].get(vendor) or "") if vendor else ""
 
 
+# A Pyxis rank's first words: the image's /etc/environment exported, then the rank's argv.
+PYXIS_ENTRY = 'set -a && . /etc/environment && set +a && exec "$@"'
+
+
 def launch_command(
     *,
     launcher: str,
@@ -50,11 +56,14 @@ def launch_command(
     fields: Mapping[str, int | str] | None = None,
     options: str = "",
     site_binds: bool = False,
+    runtime: str = "apptainer",
 ) -> str:
     """``LAUNCHER [OPTIONS] [apptainer exec [--nv|--rocm] [--bind ...] IMAGE] ARGV``: one rank
     per worker. ``fields``: the job's shape (``requests.Shape.fields``), else from
     ``cores``/``threads``; ``options``: more of the launcher's (a site's GPU binding);
-    ``site_binds``: bind ``$dask_hpc_binds`` where it names any (``batch.container``).
+    ``site_binds``: bind ``$dask_hpc_binds`` where it names any (``batch.container``);
+    ``runtime`` ``pyxis``: the image and ``$dask_hpc_mounts`` in srun's Pyxis options;
+    ``podman-hpc``: the job's rank script with the loaded image and those mounts.
     Launcher ``mpi``: a ``case`` on the job's own mpiexec, one line per MPI it may be."""
     fields = fields or {
         "nodes": nodes,
@@ -63,7 +72,24 @@ def launch_command(
         **per_rank(workers_per_node, cores, threads),
         "gpus_per_rank": 1 if worker_type == "gpu" else 0,
     }
-    command = _exec_argv(argv, image, gpu_flag, binds, site_binds)
+    if image and runtime == "pyxis":  # srun itself runs the container (batch.runtimes)
+        from . import runtimes  # here: runtimes reads container, which reads this module
+
+        options = " ".join(p for p in (options, runtimes.pyxis_options(image)) if p)
+        image = None
+        # The ranks run with the node's PATH, not the image's: srun resolves the program in
+        # the submitting shell's PATH ("execve(): start-cluster: No such file or directory"
+        # with a venv on it) and the task's PATH inside was Enroot's default, not the image's
+        # /etc/environment (measured, Pyxis 0.11.1, Enroot 4.1.2, Slurm 22.05). So each rank
+        # takes the image's environment itself (images_enroot writes it for sh) and then
+        # looks start-cluster up in the image's PATH.
+        argv = ["/bin/sh", "-c", PYXIS_ENTRY, "dask-hpc", *argv]
+    if image and runtime == "podman-hpc":  # the rank script runs podman-hpc (batch.runtimes)
+        from . import runtimes
+
+        command = runtimes.podman_command(shlex.join(argv))
+    else:
+        command = _exec_argv(argv, image, gpu_flag, binds, site_binds)
     if launcher == "mpi":
         return mpi_case(batch_system, fields, command)
     return " ".join(p for p in (_prefix(launcher, batch_system, fields), options, command) if p)
@@ -75,9 +101,7 @@ def _prefix(launcher: str, batch_system: str | None, fields: Mapping[str, int | 
     return str(launchers.get(f"{launcher}-{batch_system}", launchers[launcher])).format(**fields)
 
 
-def mpi_case(
-    batch_system: str | None, fields: Mapping[str, int | str], command: str
-) -> str:
+def mpi_case(batch_system: str | None, fields: Mapping[str, int | str], command: str) -> str:
     """A shell ``case`` that runs the launch line of the MPI the job's mpiexec is (its path
     and ``--version``), or stops with one line when it is none of the batch system's."""
     flavours = data()["mpi_flavours"]
@@ -137,9 +161,11 @@ def start_cluster_argv(python: str | None) -> list[str]:
     return import_path.python_argv("dask_hpc", python) if python else ["start-cluster"]
 
 
-def status_from_rank0(launch: str) -> str:
-    """``launch``, then exit with the status rank 0 wrote (its launcher does not report it)."""
+def status_from_rank0(launch: str, on_exit: str = "") -> str:
+    """``launch``, then exit with the status rank 0 wrote (its launcher does not report it);
+    ``on_exit``: a command the job's EXIT trap ran before this one replaced it."""
     status = '"$DASK_HPC__EXIT_STATUS_FILE"'
+    also = f"; {on_exit}" if on_exit else ""
     return "\n".join(
         [
             # mktemp: a new file of a random name, the user's alone (a fixed or $$-named one is
@@ -147,11 +173,9 @@ def status_from_rank0(launch: str) -> str:
             # the random part is never read by Dask as a number ('.1in...': a SyntaxWarning
             # at every `import dask` in the job; config.env_value)
             'export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status_XXXXXX")"',
-            f"trap 'rm -f {status}' EXIT",  # also when the launcher fails (set -e)
+            f"trap 'rm -f {status}{also}' EXIT",  # also when the launcher fails (set -e)
             launch,
             f"status=$(cat {status} 2>/dev/null || true)",  # empty: rank 0 wrote nothing
             'exit "${status:-1}"',
         ]
     )
-
-

@@ -3,8 +3,9 @@
 The one source of job scripts: ``invoke job`` (a cluster that runs a COMMAND) and
 ``HPCCluster`` (jobs whose workers join a running cluster) both render them here, from the
 batch-system and launcher tables (``systems.yaml``) and the site profile's batch lines.
-Each rank runs inside the image (``apptainer exec``) when one is given, else in the Python
-environment that rendered the script.
+Each rank runs inside the image when one is given (``apptainer exec``, Pyxis's
+``srun --container-image`` or ``podman-hpc run``: the site's runtime, or one it also has:
+``batch.runtimes``), else in the Python environment that rendered the script.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from .. import config
 from ..errors import UsageError
 from ..guard import images, private
 from ..planning.sites import Site, load_site
-from . import clean_env, container, cpus, requests, rules
+from . import clean_env, container, cpus, requests, rules, runtimes
 from . import image as image_lines
 from .launch import (  # noqa: F401  (launch_command, status_from_rank0: used from here too)
     apptainer_gpu_flag,
@@ -69,6 +71,8 @@ class JobRequest:
     gpus_per_node: int | None = None  # default: one per gpu worker (batch.requests)
     cpus_per_worker: int | None = None  # default: the node's CPUs shared out (batch.requests)
     memory_per_worker: str | int | None = None  # default: not asked (the batch system's default)
+    runtime: str | None = None  # the image's container runtime; default: the site's (runtimes)
+    image_group: str | None = None  # the group trusted with the image; default: hpc.image-group
 
 
 def parse_walltime(text: str) -> int:
@@ -121,17 +125,14 @@ def launcher_for(site: Site, batch_system: str, override: str | None = None) -> 
     return str(system_table(batch_system)["launcher"])
 
 
-def check_image_place(image: str) -> None:
-    """Refuse at once an image that exists here but others could change (the job would
-    refuse it too, later, in its own words: batch.image)."""
-    path = Path(image).expanduser()
-    if path.exists():
-        problem = private.changeable_by_others(path)
-        if problem:
-            raise UsageError(
-                f"image {image} can be changed by other users: {problem}",
-                "keep images in a directory only you or root can write",
-            )
+def check_image_place(image: str, group_name: str | None = None) -> None:
+    """Refuse at once an image that exists here but others could change, beyond the members
+    of ``group_name`` (default: ``hpc.image-group``) where it names one (the job would refuse
+    it too, later, in its own words: batch.image)."""
+    group: private.TrustedGroup | None = image_lines.trusted_group(group_name)
+    refusal = image_lines.place_refusal(image, Path(image).expanduser(), group)
+    if refusal:
+        raise UsageError(*refusal)
 
 
 def render(req: JobRequest) -> str:
@@ -183,7 +184,14 @@ def render(req: JobRequest) -> str:
             directives=req.directives,
         )
     walltime = format_walltime(system["walltime"], seconds)
-    image = req.image or (None if req.python else site.image)
+    given = req.image or (None if req.python else config.get("image"))  # the site's (role)
+    runtime = runtimes.implied(site, req.runtime, given)
+    image = given or (None if req.python else runtimes.default_image(site.image, runtime))
+    if image or req.runtime:  # one the site has, and its launcher can start
+        program = req.program is not None
+        runtime = runtimes.choose(
+            site, runtime, "none" if program else launcher_for(site, name, req.launcher)
+        )
 
     def directive(fmt: str | None, *args: object, **kw: object) -> list[str]:
         return [system["directive"].format(fmt.format(*args, **kw))] if fmt else []
@@ -202,14 +210,24 @@ def render(req: JobRequest) -> str:
     setup = [*own.batch_setup, *req.setup]
     binds: list[str] = []
     if image:  # settled once, before the launcher starts any rank (batch.image)
-        check_image_place(image)
+        runtimes.check_image(image, runtime, site)
+        check_image_place(image, req.image_group)
         trust = images.configured_trust(req.image_key, None if req.verify_image else False)
-        setup += image_lines.lines(image, trust.key)
-        binds = container.bind_lines(site)  # its directories outside Apptainer's defaults
+        # with the site key: a SIF's signature, or a squashfs's signed sha256 (batch.image)
+        setup += image_lines.lines(image, trust.key, group=req.image_group, runtime=runtime)
+        if runtime == "apptainer":
+            binds = container.bind_lines(site)  # its directories outside Apptainer's defaults
+        else:  # Pyxis and podman mount nothing unasked
+            binds = runtimes.mount_lines(site, req.binds, runtime)
         setup += binds
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
     setup += clean_env.lines()  # last: after module loads, before anything the job starts
-    launch = _launch(req, site, name, shape, worker_type, image, bool(binds))
+    if image and runtime == "podman-hpc":  # podman-hpc is Python: after the paths are clean
+        gpu = worker_type == "gpu" and site.gpu_vendor == "nvidia"  # NERSC's --gpu module
+        setup += runtimes.podman_lines(gpu and req.program is None)
+    if not image and req.program is None:  # what the ranks run is there, checked once
+        setup += rules.runnable_lines(req.python)
+    launch = _launch(req, site, name, shape, worker_type, image, bool(binds), runtime)
     where = "one container per rank" if image else "this Python environment on every rank"
     if req.program is not None:
         summary = f"# dask-hpc on {site.name}: the scheduler of an elastic cluster."
@@ -253,6 +271,7 @@ def _launch(
     worker_type: str,
     image: str | None,
     site_binds: bool,
+    runtime: str = "apptainer",
 ) -> str:
     """The job's launch line: start-cluster on one rank per worker (or ``req.program`` once),
     placed on CPUs and GPUs as the site's guide does where its own launcher runs them."""
@@ -283,9 +302,12 @@ def _launch(
         fields=fields,
         options=options,
         site_binds=site_binds,
+        runtime=runtime,
     )
     base = launcher.removesuffix("-list")
     wrapped = data()["mpi_candidates"].get(batch_system, []) if base == "mpi" else [base]
     if set(wrapped) & set(data()["status_from_rank0"]) and req.command:
-        launch = status_from_rank0(launch)
+        # the job's own EXIT trap (podman-hpc's store) kept beside rank 0's status file's
+        on_exit = "dask_hpc_podman_clean" if image and runtime == "podman-hpc" else ""
+        launch = status_from_rank0(launch, on_exit)
     return launch

@@ -27,6 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DIGEST_SUFFIX = ".sha256"
+# A squashfs (Pyxis, Enroot) has no place for a signature: its recorded sha256 is signed with
+# the same site key instead (``openssl pkeyutl -rawin``: Ed25519, RSA and EC keys alike).
+SIGNATURE_SUFFIX = ".sha256.sig"
 OPT_OUT = "DASK_HPC__IMAGE_VERIFY=false"
 # What `apptainer verify` says (its FATAL line), and what that means for the image.
 REASONS = (
@@ -89,6 +92,26 @@ def record_digest(image: Path) -> str:
         os.unlink(tmp)
         raise
     return value
+
+
+def signature_path(image: Path) -> Path:
+    """Where the signature of an image's recorded sha256 is kept: IMAGE.sha256.sig."""
+    return image.with_name(image.name + SIGNATURE_SUFFIX)
+
+
+def sign_digest(image: Path, key: Path) -> Path:
+    """Sign IMAGE.sha256 with the site's private key (``openssl pkeyutl``) into
+    IMAGE.sha256.sig, for images that cannot hold a signature (a squashfs); ImageError if
+    openssl refuses."""
+    out = signature_path(image)
+    argv = ["openssl", "pkeyutl", "-sign", "-inkey", str(key), "-rawin"]
+    argv += ["-in", str(digest_path(image)), "-out", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        said = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise ImageError(f"could not sign the sha256 of {image} with {key}: {said}",
+                         "give the site's private key (PEM)")  # fmt: skip
+    return out
 
 
 def recorded_digest(image: Path) -> str | None:

@@ -182,3 +182,14 @@ def loaded_from(directories: set[str]) -> list[str]:
         if os.path.normpath(where) in directories:
             found.append(name)
     return sorted(found)
+
+
+def start(prog: str) -> int | None:
+    """A program's first call: the search paths made safe (:func:`apply`); the exit status
+    where it must stop (a module came from a dropped entry: one line on stderr), else None."""
+    try:
+        apply()
+    except PlantedModules as error:
+        sys.stderr.write(f"{prog}: error: {error}\n")
+        return 2
+    return None

@@ -6,7 +6,7 @@ import os
 import re
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -22,6 +22,9 @@ GPU_VENDORS = ("nvidia", "intel", "amd")
 CPU_UNITS = ("threads", "cores")
 GPU_ORDERS = ("local-rank", "reverse")  # reverse: local rank i gets GPU N-1-i (ALCF Polaris)
 CPU_BINDS = ("launcher", "list")  # list: explicit lists of CPUs per rank (batch.cpus)
+# How a job's ranks run its image: apptainer exec, srun --container-image (Pyxis over Enroot),
+# podman-hpc run; a profile names its site's with where the site says so (container_runtime)
+CONTAINER_RUNTIMES = ("apptainer", "pyxis", "podman-hpc")
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,9 @@ class Site:
     # it was read; None where a job may name none (the user's default project is charged).
     account_required: str | None = None
     default_queue: DefaultQueue | None = None  # batch.default_queue
+    container_runtime: str = "apptainer"  # the runtime the site supports (CONTAINER_RUNTIMES)
+    container_runtime_source: str | None = None  # where the site says so, and when it was read
+    container_runtimes_also: tuple[str, ...] = ()  # others its nodes have (container_runtime.also)
 
     def matches(self, env: Mapping[str, str], hostname: str) -> bool:
         """True when this machine looks like this site."""
@@ -119,6 +125,27 @@ def _default_queue(name: str, batch: Mapping[str, Any]) -> DefaultQueue | None:
     return DefaultQueue(str(rule["name"]), str(rule["walltime"]), source)
 
 
+def _container_runtime(name: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """The site's ``container_runtime`` fields: Apptainer unless the profile names another,
+    with where the site says so, and any other runtime its nodes have (``also``)."""
+    rule = data.get("container_runtime")
+    if not rule:
+        return {}
+    missing = [f for f in ("name", "source", "read") if not rule.get(f)]
+    if missing:
+        raise ValueError(f"site {name}: container_runtime has no {', '.join(missing)}")
+    source = f"{rule['source']}, read {rule['read']}"
+    also = tuple(str(r) for r in rule.get("also") or ())
+    for runtime in (rule["name"], *also):
+        if runtime not in CONTAINER_RUNTIMES:
+            raise ValueError(f"site {name}: unknown container_runtime {runtime!r}")
+    return {
+        "container_runtime": str(rule["name"]),
+        "container_runtime_source": source,
+        "container_runtimes_also": also,
+    }
+
+
 def _from_mapping(data: Mapping[str, Any]) -> Site:
     cpu = data.get("cpu") or {}
     gpu = data.get("gpu") or {}
@@ -159,6 +186,7 @@ def _from_mapping(data: Mapping[str, Any]) -> Site:
         account_required=_account_required(data["name"], batch),
         default_queue=_default_queue(data["name"], batch),
     )
+    site = replace(site, **_container_runtime(data["name"], data))
     if site.batch_system not in BATCH_SYSTEMS:
         raise ValueError(f"site {site.name}: unknown batch_system {site.batch_system!r}")
     if site.batch_cpu_unit not in CPU_UNITS:

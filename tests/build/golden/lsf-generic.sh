@@ -43,6 +43,8 @@ dask_hpc_clean() {  # drop variable $1's unsafe entries, in one line
   if [ -n "$kept" ]; then export "$name=$kept"; else unset "$name"; fi
 }
 for dask_hpc_variable in PYTHONPATH PATH LD_LIBRARY_PATH JUPYTER_PATH JUPYTER_CONFIG_PATH R_LIBS R_LIBS_USER R_LIBS_SITE NODE_PATH; do dask_hpc_clean "$dask_hpc_variable"; done
+# What every rank runs is here (else each would fail alone: exit 127, not found)
+command -v start-cluster >/dev/null 2>&1 || { echo "dask-hpc: start-cluster is not on this job's PATH ($PATH); activate the Python environment with dask-hpc before submitting (sbatch and flux batch pass your shell's environment on; qsub needs -V), or give --python /path/to/env/bin/python" >&2; exit 2; }
 export DASK_HPC__EXIT_STATUS_FILE="$(mktemp "$PWD/.dask-hpc-exit-status_XXXXXX")"
 trap 'rm -f "$DASK_HPC__EXIT_STATUS_FILE"' EXIT
 # The MPI of this job's mpiexec, told apart by its path and version:

@@ -1,0 +1,269 @@
+"""Which container runtime a job's ranks run the image with, and Pyxis's and podman-hpc's
+words for it.
+
+A site profile names the runtime its site supports (``container_runtime``: DeepOps Pyxis over
+Enroot, Perlmutter podman-hpc, Apptainer elsewhere) and any other it also has; a job may ask
+for one of those (``JobRequest.runtime``), never one the site does not have.
+
+Pyxis (``srun --container-image``) binds nothing the job does not name, unlike Apptainer
+(``$HOME``, ``/tmp``, the working directory): so the job mounts, checked once before any rank
+starts, the working directory (COMMAND's files, rank 0's exit status), the scheduler directory
+and the profile's local directory, each a directory on the node with no comma or colon (the
+separators of ``--container-mounts``). Each rank runs as the user (never remapped to root),
+without the user's home, in the working directory, with the image's entrypoint left out.
+
+podman-hpc (``podman_lines``) mounts the same directories, checked the same way (``-v``), and
+passes no environment but what is named: the launcher's rank variables, Dask's and ours.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+
+from ..errors import UsageError
+from ..planning.sites import Site
+from .binds import parse as parse_bind
+from .container import SCHEDULER_ENV, _shell_text
+
+MOUNTS_VARIABLE = "dask_hpc_mounts"  # what every Pyxis rank mounts: SRC:DST[,SRC:DST...]
+IMAGE_SUFFIX = {"apptainer": ".sif", "pyxis": ".sqsh", "podman-hpc": ".oci.tar"}
+IMAGE_KIND = {".sif": "a SIF", ".sqsh": "a squashfs", ".oci.tar": "an OCI archive"}
+
+# What srun gives Pyxis, whatever the site's pyxis.conf or enroot.conf defaults are.
+PYXIS_OPTIONS = (
+    "--no-container-remap-root",  # the user, not root, inside: files made are the user's
+    "--no-container-mount-home",  # the home is not the image's to read
+    "--no-container-entrypoint",  # start-cluster, not what the image would run first
+    "--container-readonly",  # as a SIF: nothing a rank writes outlives it but in its mounts
+    '--container-workdir="$PWD"',
+)
+
+MOUNT_FUNCTION = """\
+# The directories every rank's container mounts (Pyxis mounts nothing unasked): the working
+# directory, the scheduler and local directories the ranks use
+dask_hpc_mount() {  # DIRECTORY WHAT: checked, and added to the mounts
+  case "$1" in
+    *,*|*:*) dask_hpc_refuse "$2 $1 has a comma or a colon, which --container-mounts cannot take" ;;
+  esac
+  [ -n "$1" ] && [ "${1#/}" != "$1" ] || return 0  # unset, or relative: in the working directory
+  [ -d "$1" ] || dask_hpc_refuse "$2 ($1) is not a directory on this node;" \\
+    "every rank's container mounts it: create it on the nodes, or run on the site's own nodes"
+  case ",${dask_hpc_mounts}," in *",$1:$1,"*) return 0 ;; esac
+  dask_hpc_mounts=${dask_hpc_mounts:+$dask_hpc_mounts,}$1:$1
+}
+dask_hpc_mounts="""
+
+
+def runtimes(site: Site) -> tuple[str, ...]:
+    """The runtimes ``site`` has: its own first, then any other its profile names."""
+    return (site.container_runtime, *site.container_runtimes_also)
+
+
+def implied(site: Site, asked: str | None, image: str | None) -> str:
+    """The runtime a job means: ``asked``; else Apptainer for a SIF it names where the site
+    has Apptainer too (DeepOps clusters that keep it); else the site's own."""
+    if asked:
+        return asked
+    if image and image.endswith(".sif") and "apptainer" in runtimes(site):
+        return "apptainer"
+    return site.container_runtime
+
+
+def choose(site: Site, asked: str | None, launcher: str) -> str:
+    """The runtime of a job on ``site``: ``asked``, else the site's own; one line (exit 2) for
+    one the site does not have, or Pyxis under a launcher other than ``srun``."""
+    have = runtimes(site)
+    runtime = asked or site.container_runtime
+    if runtime not in have:
+        where = f" ({site.container_runtime_source})" if site.container_runtime_source else ""
+        raise UsageError(
+            f"site {site.name} has no container runtime {runtime!r}{where}",
+            f"use {' or '.join(have)}",
+        )
+    if runtime == "pyxis" and launcher != "slurm":
+        raise UsageError(
+            f"Pyxis runs containers under srun, not under launcher {launcher}",
+            "use --launcher slurm, or another runtime",
+        )
+    return runtime
+
+
+def default_image(site_image: str | None, runtime: str) -> str | None:
+    """The site's image file for ``runtime``: ``dask-hpc-SITE.sqsh`` for Pyxis,
+    ``dask-hpc-SITE.oci.tar`` for podman-hpc."""
+    if site_image and site_image.endswith(".sif") and runtime != "apptainer":
+        return site_image.removesuffix(".sif") + IMAGE_SUFFIX[runtime]
+    return site_image
+
+
+def check_image(image: str, runtime: str, site: Site | None = None) -> None:
+    """Refuse at once an image of another runtime's kind (a SIF given to Pyxis: Enroot runs
+    the squashfs ``invoke build`` makes; podman-hpc its OCI archive); the fix names Apptainer
+    where ``site`` has it."""
+    want = IMAGE_SUFFIX[runtime]
+    apptainer = site is None or "apptainer" in runtimes(site)
+    other = ", or --runtime apptainer" if apptainer else ""
+    for suffix, kind in IMAGE_KIND.items():
+        if runtime != "apptainer" and suffix != want and image.endswith(suffix):
+            name = "Pyxis" if runtime == "pyxis" else runtime
+            what = "squashfs" if runtime == "pyxis" else "OCI archive"
+            raise UsageError(
+                f"image {image} is {kind}, which {name} cannot run",
+                f"give the {what} invoke build makes beside it "
+                f"({image.removesuffix(suffix)}{want}){other}",
+            )
+
+
+def mount_lines(site: Site, binds: Sequence[str], runtime: str = "pyxis") -> list[str]:
+    """The job's lines that check the ranks' directories and list them in ``$dask_hpc_mounts``:
+    the working directory, the scheduler directory, the local directory, ``binds``; in the
+    words of ``runtime`` (podman-hpc's ``-v`` takes them from the same list)."""
+    scheduler = site.scheduler_directory
+    label = f"scheduler directory (${SCHEDULER_ENV}, else {scheduler} of the {site.name} profile)"
+    calls = [
+        "dask_hpc_mount \"$PWD\" 'working directory'",
+        f'dask_hpc_mount "${{{SCHEDULER_ENV}:-{_shell_text(scheduler)}}}" {shlex.quote(label)}',
+    ]
+    if site.local_directory:
+        label = f"local directory {site.local_directory} of the {site.name} profile"
+        calls.append(f'dask_hpc_mount "{_shell_text(site.local_directory)}" {shlex.quote(label)}')
+    for spec in binds:  # the cluster's directory, and the user's SRC[:DST[:ro]] (batch.binds)
+        bind = parse_bind(spec)
+        if bind.target == bind.source and not bind.mode:
+            calls.append(f"dask_hpc_mount {shlex.quote(spec)} 'cluster directory'")
+        else:  # SRC checked before (binds.job_lines); both runtimes take SRC:DST[:ro] as is
+            calls.append(f"{MOUNTS_VARIABLE}=${{{MOUNTS_VARIABLE}:+${MOUNTS_VARIABLE},}}"
+                         f"{shlex.quote(bind.spec())}")  # fmt: skip
+    function = MOUNT_FUNCTION
+    if runtime == "podman-hpc":
+        function = function.replace("--container-mounts", "podman-hpc run -v").replace(
+            "(Pyxis mounts nothing unasked)", "(podman mounts nothing unasked)"
+        )
+    return [*function.split("\n"), *calls]
+
+
+def pyxis_options(image: str) -> str:
+    """srun's Pyxis options: ``image`` as shell text (``"$dask_hpc_image"``), the mounts."""
+    return " ".join(
+        [
+            f"--container-image={image}",
+            f'--container-mounts="${MOUNTS_VARIABLE}"',
+            *PYXIS_OPTIONS,
+        ]
+    )
+
+
+# podman-hpc as NERSC runs it on Perlmutter: its source (podman-hpc 1.1.4, its README and
+# podman_hpc/siteconfig.py, read 2026-11-29; NERSC's own page was not among the stored copies
+# read that day) runs `podman run` with the site's storage, hooks and modules (--gpu: the
+# node's NVIDIA libraries and devices), the image from a squashed or additional image store.
+PODMAN_VARIABLE = "dask_hpc_podman"  # the job's private directory: image store, rank script
+PODMAN_STORE = """\
+# podman-hpc: the image checked above, loaded once into this job's own image store (a new
+# directory of a random name in the working directory, which every node sees, yours alone),
+# removed when the job ends; each rank runs it from there (podman's additional image store,
+# read-only) with podman storage of its own in its node's /tmp (podman takes a run root of 50
+# characters at most; a new directory of a random name, never podman-hpc's default /tmp/UID_hpc,
+# a name another user of the node can make first), removed after it
+command -v podman-hpc >/dev/null || dask_hpc_refuse "podman-hpc not found on $(hostname);" \\
+  "load the site's podman-hpc module, or use a runtime of the site's (--runtime)"
+dask_hpc_at=$PWD  # where the store is made: nobody else may rename what is in it
+while :; do
+  dask_hpc_why=$(dask_hpc_others "$dask_hpc_at")
+  [ -z "$dask_hpc_why" ] || [ "$dask_hpc_why" = group ] || dask_hpc_refuse "working directory" \\
+    "$PWD: $dask_hpc_why; podman-hpc's image store for the job is made in it: submit from a" \\
+    "directory only you can write (\\$SCRATCH)"
+  [ "$dask_hpc_at" != / ] || break
+  dask_hpc_at=$(dirname -- "$dask_hpc_at")
+done
+dask_hpc_podman=$(mktemp -d "$PWD/.dask-hpc-podman_XXXXXX")
+dask_hpc_podman_clean() {  # what rootless podman wrote as another id, then the rest
+  rm -rf -- "$dask_hpc_podman" 2>/dev/null || podman-hpc unshare rm -rf -- "$dask_hpc_podman"
+}
+trap dask_hpc_podman_clean EXIT  # (and after rank 0's exit status: batch.launch)
+export USER="${USER:-$(id -un)}"  # podman-hpc's own name for the user's storage
+dask_hpc_podman_run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX)
+dask_hpc_podman_id=$(TMPDIR="$dask_hpc_podman_run" PODMANHPC_GRAPH_ROOT="$dask_hpc_podman/store" \\
+  PODMANHPC_RUN_ROOT="$dask_hpc_podman_run" PODMANHPC_CONFIG_HOME="$dask_hpc_podman/config" \\
+  SQUASH_DIR="$dask_hpc_podman/squash" podman-hpc load -q -i "$dask_hpc_image" 2>&1) ||
+  dask_hpc_podman_id="failed: $dask_hpc_podman_id"
+dask_hpc_pause=$(cat "$dask_hpc_podman_run"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) &&
+  kill "$dask_hpc_pause" 2>/dev/null  # rootless podman's, as each rank's (below)
+rm -rf -- "$dask_hpc_podman_run"
+case $dask_hpc_podman_id in
+  failed:*) dask_hpc_refuse "podman-hpc could not load image $dask_hpc_image:" \\
+    "${dask_hpc_podman_id#failed: }" ;;
+esac
+dask_hpc_podman_id=${dask_hpc_podman_id##*sha256:}
+case $dask_hpc_podman_id in
+  *[!0-9a-f]*|'') dask_hpc_refuse "podman-hpc loaded image $dask_hpc_image as no image ID" ;;
+esac
+cat >"$dask_hpc_podman/rank" <<'DASK_HPC_RANK'
+# One rank: IMAGE-ID MOUNTS ARGV... in podman-hpc, its storage private on this node.
+set -u
+image=$1 mounts=$2 job=$(dirname -- "$0")
+shift 2
+store=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || exit 1
+volumes=() && IFS=, read -ra pairs <<<"$mounts"
+for pair in "${pairs[@]}"; do volumes+=(-v "$pair"); done
+# rootless with subordinate ids: the user as the user inside (podman refuses keep-id without)
+keep=() && [ "$(id -u)" = 0 ] || ! grep -qs "^$(id -un):\\|^$(id -u):" /etc/subuid ||
+  keep=(--userns=keep-id)
+# TMPDIR: where rootless podman keeps its runtime directory and pause process's pid, this
+# rank's too (podman-hpc drops XDG_RUNTIME_DIR)
+export TMPDIR=$store PODMANHPC_GRAPH_ROOT=$store/graph PODMANHPC_RUN_ROOT=$store/run \\
+  PODMANHPC_CONFIG_HOME=$store/config SQUASH_DIR=$job/store
+podman-hpc run --name=dask-hpc-rank @{options} "${keep[@]}" "${volumes[@]}" -w "$PWD" \\
+  -- "$image" "$@" &  # podman-hpc (click) takes the first --, start-cluster the next
+pid=$!
+# srun's SIGTERM, to start-cluster in the container, by podman: SIGKILL after its budget to
+# stop (20 s, within Slurm's KillWait), as nothing of the container is in srun's step
+trap 'podman-hpc stop --time=20 dask-hpc-rank >/dev/null 2>&1 || kill -TERM "$pid"' TERM INT
+status=0
+while :; do
+  wait "$pid" && status=0 || status=$?
+  kill -0 "$pid" 2>/dev/null || break  # a signal ended wait, not podman
+done
+# conmon runs podman's cleanup as the container ends, beside podman run's own: the store is
+# removed once nothing uses it (30 s at most), or cleanup would make parts of it again
+for _ in $(seq 300); do pgrep -f -- "$store" >/dev/null || break; sleep 0.1; done
+# rootless podman's pause process (it holds the user namespace), where it is this rank's own
+pause=$(cat "$store"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pause" 2>/dev/null
+rm -rf -- "$store" 2>/dev/null || podman-hpc unshare rm -rf -- "$store"
+exit "$status"
+DASK_HPC_RANK"""
+
+# What every rank's `podman-hpc run` is given: removed when it ends; the image's root read-only
+# (as a SIF); the node's network (the scheduler's address is the node's); a process table of
+# its own, so that SIGKILL of its first process ends every process of it (nothing of a
+# container is in the launcher's step: podman's conmon holds it); the environment
+# named, never the host's whole (--env-host: PATH and PYTHONPATH are the image's own): the
+# launcher's rank variables, Dask's and dask-hpc's configuration, the GPUs Slurm gave the rank,
+# the user's name.
+PODMAN_OPTIONS = (
+    "--rm",
+    "--read-only",
+    "--net=host",
+    "--init",  # catatonit first: start-cluster never PID 1; all of the container ends with it
+    "--env='SLURM_*'",
+    "--env='DASK_*'",
+    "--env=CUDA_VISIBLE_DEVICES",
+    "--env=USER",  # the user's name (the banner's ssh line), which the image's passwd lacks
+)
+
+
+def podman_lines(gpu: bool) -> list[str]:
+    """The job's lines that load the checked image into its private store and write the rank
+    script (``$dask_hpc_podman/rank``); ``gpu``: ``--gpu`` (NERSC's module: the node's NVIDIA
+    libraries and devices)."""
+    from .templating import Template
+
+    options = " ".join([*PODMAN_OPTIONS, *(["--gpu"] if gpu else [])])
+    return Template(PODMAN_STORE).substitute(options=options).split("\n")
+
+
+def podman_command(argv: str) -> str:
+    """A rank's command: the rank script on the loaded image, the checked mounts, ``argv``
+    (shell text)."""
+    return f'bash "${PODMAN_VARIABLE}/rank" "${PODMAN_VARIABLE}_id" "${MOUNTS_VARIABLE}" {argv}'

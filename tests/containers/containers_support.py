@@ -1,0 +1,51 @@
+"""What the container runtime tests share: the Enroot and Pyxis that tests/setup/enroot.sh
+builds, and a small SIF (a full site image is the 454 s ``local_image``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
+ENROOT = CACHE / "enroot-4.1.2"
+PYTHON_PREFIX = Path(sys.base_prefix)
+REPO = Path(__file__).resolve().parents[2]
+
+
+def need_enroot() -> None:
+    """Fail (never skip) where tests/setup/enroot.sh has not run."""
+    for path in (ENROOT / "bin" / "enroot", ENROOT / "pyxis" / "spank_pyxis.so"):
+        if not path.exists():
+            pytest.fail(f"{path} missing: run tests/setup/enroot.sh (tests/setup/install.sh)")
+    if shutil.which("apptainer") is None:
+        pytest.fail("apptainer missing: run tests/setup/install.sh")
+
+
+def tiny_sif(where: Path) -> Path:
+    """A SIF of a merged-/usr skeleton whose %environment puts this Python first on PATH."""
+    rootfs = where / "rootfs"
+    for sub in ("etc", "usr", "proc", "sys", "dev", "tmp", "run", "root", "var"):
+        (rootfs / sub).mkdir(parents=True)
+    for link in ("bin", "lib", "lib64", "sbin"):
+        (rootfs / link).symlink_to(f"usr/{link}")
+    env = rootfs / ".singularity.d" / "env"
+    env.mkdir(parents=True)
+    (env / "90-environment.sh").write_text(f"export PATH={PYTHON_PREFIX}/bin:$PATH\n")
+    sif = where / "dask-hpc-deepops.sif"
+    subprocess.run(
+        ["apptainer", "build", "-F", str(sif), str(rootfs)], check=True, capture_output=True
+    )
+    return sif
+
+
+def short_root() -> Path:
+    """A private Slurm's directory with a short path: slurmstepd's Unix sockets in its spool
+    must fit 108 bytes, which a pytest-xdist worker's tmp_path and a test's name overrun
+    ("Unix socket path ... is too long. (110 > 108)": the batch job never starts)."""
+    return Path(tempfile.mkdtemp(prefix="dhp-slurm-"))

@@ -1,0 +1,166 @@
+"""A Perlmutter job under podman-hpc, for real (issue 45): ``podman-hpc load`` and ``run``.
+
+Real parts: podman 4.3.1 (Debian's) and podman-hpc 1.1.4 (NERSC's wrapper) as
+tests/setup/podman.sh installs them, a private Slurm (tests/harness/slurm.py), the job script
+rendered as ``invoke job`` renders it for Perlmutter (runtime: the site's, podman-hpc), an OCI
+archive made from a SIF by ``dask_hpc.images_podman``, checked by its recorded sha256, loaded
+into the job's private store, two ranks each in its own ``podman-hpc run``, start-cluster inside
+them, COMMAND's result read back, nothing left running or on disk.
+
+The image is small on purpose (as test_pyxis.py's): a SIF of a merged-/usr skeleton whose
+``%environment`` puts the test's Python first on PATH; the job mounts the host's ``/usr`` and
+that Python (``JobRequest.binds``) where a site image has them in itself. The node's podman
+configuration (runc, rlimits) and what this machine refuses are in podman_support.py: nothing
+here is emulated.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from containers_support import PYTHON_PREFIX, REPO, short_root, tiny_sif
+from harness.slurm import SlurmCluster
+from podman_support import need_podman, podman_env, podman_processes, rank_stores
+
+from dask_hpc import images_podman
+from dask_hpc.batch import script
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def perlmutter_slurm(tmp_path: Path):  # noqa: ANN201
+    """A one-node private Slurm with Perlmutter's --constraint=gpu feature."""
+    need_podman()
+    cluster = SlurmCluster(short_root(), nodes=1, cpus=4, features="gpu")
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()  # raises if a daemon survives
+        shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
+    perlmutter_slurm: SlurmCluster, tagged_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The Perlmutter script, its site's runtime podman-hpc: the OCI archive checked, loaded
+    into the job's private store, two ranks each in a container, COMMAND's sum read back; the
+    containers, podman's processes, the store and each rank's storage gone after."""
+    t0 = time.monotonic()
+    images = tmp_path / "images"
+    images.mkdir(mode=0o755)
+    sif = tiny_sif(images)
+    archive = images_podman.convert(sif, images / "dask-hpc-perlmutter.oci.tar")
+    again = images_podman.convert(sif, images / "again.oci.tar")
+    converted = time.monotonic() - t0
+    digest = (images / "dask-hpc-perlmutter.oci.tar.sha256").read_text().split()
+    assert digest[1] == archive.name
+    assert Path(f"{again}.sha256").read_text().split()[0] == digest[0]  # the same image
+    image_id = images_podman.image_id(archive)
+
+    jobdir, scheduler = tmp_path / "job", tmp_path / "sched"
+    for d in (jobdir, scheduler):
+        d.mkdir(mode=0o700)
+    code = (  # in the container: podman's mark, the image's PATH, a read-only root, the sum
+        "import glob, os, stat; from dask.distributed import Client; c = Client(); "
+        "print('IN', os.environ.get('container'), os.environ['PATH'].split(':')[0]); "
+        "print('RO', not os.access('/', os.W_OK)); "
+        "p = glob.glob(os.path.abspath('.dask-hpc-podman_*')) + "
+        "glob.glob('/tmp/dask-hpc-podman_*'); s = [os.stat(d) for d in p]; "
+        "[print('STORE', d, oct(stat.S_IMODE(x.st_mode)), x.st_uid) for d, x in zip(p, s)]; "
+        "print('SUM', c.submit(sum, [20, 22]).result(), len(c.scheduler_info()['workers']))"
+    )
+    text = script.render(
+        script.JobRequest(
+            site="perlmutter",
+            nodes=1,
+            workers_per_node=2,
+            worker_type="cpu",
+            cpus_per_worker=1,
+            walltime="5",
+            image=str(archive),
+            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],  # what a site image holds itself
+            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
+            command=["python", "-c", code],
+        )
+    )
+    launch = text.strip().splitlines()[-1]
+    assert launch.startswith("srun ") and 'bash "$dask_hpc_podman/rank"' in launch, launch
+    assert "apptainer" not in text
+    assert "podman-hpc run --name=dask-hpc-rank --rm --read-only --net=host --init" in text
+    env = {**tagged_env, **perlmutter_slurm.env, **podman_env(tmp_path)}
+    before = rank_stores()  # another test's, on this node
+    job = perlmutter_slurm.sbatch(text, env=env, cwd=jobdir)
+    state = perlmutter_slurm.wait_job(job, timeout=180)
+    output = perlmutter_slurm.job_output(job)
+    assert state == ("COMPLETED", 0), output + perlmutter_slurm.log("node1")[-3000:]
+    assert "SUM 42 2" in output, output
+    assert f"IN podman {PYTHON_PREFIX}/bin" in output, output  # COMMAND ran in the image
+    assert "RO True" in output, output
+    # the job's store and the two ranks' storage, while COMMAND ran: 0700, the user's
+    stores = [line.split()[1:] for line in output.splitlines() if line.startswith("STORE ")]
+    stores = [s for s in stores if s[0] not in before]
+    assert len(stores) == 3 and {(m, u) for _, m, u in stores} == {("0o700", str(os.getuid()))}
+    paths = [path for path, _, _ in stores]
+    assert "Traceback" not in output, output
+    assert f"Loaded image: sha256:{image_id}" not in output  # load's words stay in the job
+    assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
+    assert [p for p in paths if os.path.exists(p)] == []  # the store, the ranks' storage
+    assert rank_stores() - before == set()  # nor a mount in them
+    # no podman, conmon, fuse-overlayfs, rank script (the daemons of the test's Slurm stay)
+    assert podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == []
+    print(f"OCI archive from SIF, twice: {converted:.1f} s; job: {time.monotonic() - t0:.1f} s")
+
+
+def test_an_image_of_another_runtime_is_refused_in_one_line(tmp_path: Path) -> None:
+    """podman-hpc and a SIF or a squashfs: one line naming the OCI archive, before any job."""
+    for image in ("x.sif", "x.sqsh"):
+        with pytest.raises(script.UsageError, match="which podman-hpc cannot run") as e:
+            script.render(
+                script.JobRequest(
+                    site="perlmutter", nodes=1, workers_per_node=1, worker_type="cpu",
+                    cpus_per_worker=1, walltime="10", image=str(tmp_path / image),
+                    command=["true"],
+                )
+            )  # fmt: skip
+        assert f"({tmp_path / 'x.oci.tar'})" in str(e.value.args)
+
+
+def test_a_working_directory_others_can_write_is_refused_before_the_store(
+    tmp_path: Path,
+) -> None:
+    """The job's image store is made in its working directory: one others could rename things
+    in (mode 0777, not sticky) is refused in one line, before podman-hpc loads anything."""
+    need_podman()
+    images = tmp_path / "images"
+    images.mkdir(mode=0o755)
+    archive = images_podman.convert(tiny_sif(images), images / "dask-hpc-perlmutter.oci.tar")
+    text = script.render(
+        script.JobRequest(
+            site="perlmutter", nodes=1, workers_per_node=1, worker_type="cpu",
+            cpus_per_worker=1, walltime="5", image=str(archive), command=["true"],
+            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(tmp_path)},
+        )
+    )  # fmt: skip
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    setup = text.rstrip().rsplit("\n", 1)[0]  # all but the launch line: no Slurm needed
+    ran = subprocess.run(
+        ["bash", "-c", setup],
+        cwd=shared,
+        env={**os.environ, **podman_env(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1, ran
+    assert f"working directory {shared}: {shared} can be written by other users" in ran.stderr
+    assert "submit from a directory only you can write ($SCRATCH)" in ran.stderr, ran.stderr
+    assert list(shared.iterdir()) == []  # no store made

@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# podman (Debian 12's package) and podman-hpc 1.1.4 (NERSC's wrapper, Perlmutter's runtime) for
+# the test suite: tests/containers/test_podman_hpc.py runs `podman-hpc run` for real.
+#
+# podman-hpc is a Python package: it is installed from the release tarball beside the project
+# (../shared/vendor/, or $DASK_HPC_PODMAN_HPC_TARBALL; checked against its sha256) into a venv
+# of Debian's own /usr/bin/python3 (readable by every user, unlike a pyenv under /root) at
+# $CACHE/podman-hpc-1.1.4, with its OCI hook configured in $CACHE/podman-hpc-1.1.4/hooks.d and
+# a site config ($CACHE/podman-hpc-1.1.4/podman_hpc.yaml: what /etc/podman_hpc/podman_hpc.yaml
+# is on Perlmutter; a test names it in PODMANHPC_CONFIG_FILE). Nothing is written under /etc
+# or /usr but by apt. Once per machine; a second run only checks. Each step prints its seconds.
+set -euo pipefail
+
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
+CACHE=${DASK_HPC_TEST_CACHE:-/var/tmp/dask-hpc-tests}
+VERSION=1.1.4
+SHA256=fae7133b7c9f4a07ef6a51124fc7ddf3d73180d298f68f0f8e50c2245eba4d38
+TARBALL=${DASK_HPC_PODMAN_HPC_TARBALL:-$repo/../shared/vendor/podman-hpc-$VERSION.tar.gz}
+PREFIX=$CACHE/podman-hpc-$VERSION
+STAMP=$PREFIX/.dask-hpc-podman-hpc
+step() { echo "podman: $1: $((SECONDS - t)) s"; t=$SECONDS; }
+t=$SECONDS
+
+# podman and what podman-hpc runs beside it: fuse-overlayfs (its mount_program's wrapper),
+# squashfuse and mksquashfs (squashed images: `podman-hpc migrate`), inotify-tools (the
+# wrapper's unmount watcher), runc and catatonit (podman run --init), uidmap (newuidmap for
+# rootless podman), python3-venv.
+need=(podman crun runc catatonit fuse-overlayfs squashfuse squashfs-tools inotify-tools uidmap slirp4netns
+      python3-venv)
+installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${need[@]}" 2>/dev/null || true)"
+missing=()
+for p in "${need[@]}"; do grep -q "^$p ii" <<<"$installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt_log="$(mktemp)"
+  if ! { apt-get -o DPkg::Lock::Timeout=300 update -qq \
+         && apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"; } \
+       >"$apt_log" 2>&1; then
+    tail -n 30 "$apt_log" >&2
+    echo "podman: apt-get could not install podman and podman-hpc's tools: ${missing[*]}" >&2
+    exit 1
+  fi
+  rm -f "$apt_log"
+  step "apt-get ${missing[*]}"
+fi
+# podman-hpc runs `mksquashfs.static` for `migrate` (NERSC's static build); Debian's is the same
+# tool, linked dynamically: the site config names it (mksquashfs_bin).
+
+mkdir -p "$CACHE"
+# What runs from the cache must be ours alone: /var/tmp is everyone's.
+ours() {
+  [ ! -e "$1" ] && return 0
+  [ ! -L "$1" ] && [ "$(stat -c %u "$1")" = "$(id -u)" ] && [ $(( 0$(stat -c %a "$1") & 022 )) -eq 0 ]
+}
+for path in "$CACHE" "$PREFIX" "$PREFIX/venv" "$PREFIX/venv/bin" "$PREFIX/venv/bin/podman-hpc" \
+            "$PREFIX/podman_hpc.yaml" "$PREFIX/hooks.d"; do
+  ours "$path" || { echo "podman: $path is not yours alone (another user may change it): remove it, or set DASK_HPC_TEST_CACHE to a directory of your own" >&2; exit 1; }
+done
+exec 9>"$CACHE/.podman-setup.lock"  # one install at a time
+flock 9
+podman_release="$(dpkg-query -W -f='${Version}' podman)"
+want="podman-hpc $VERSION $SHA256 podman $podman_release"
+if [ -x "$PREFIX/venv/bin/podman-hpc" ] && [ -f "$PREFIX/podman_hpc.yaml" ] && [ -f "$STAMP" ] \
+   && [ "$(cat "$STAMP")" = "$want" ]; then
+  echo "podman: ok (podman $podman_release, $PREFIX/venv/bin/podman-hpc, cached)"
+  exit 0
+fi
+[ -f "$TARBALL" ] || { echo "podman: $TARBALL not found: put it there or set DASK_HPC_PODMAN_HPC_TARBALL" >&2; exit 1; }
+echo "$SHA256  $TARBALL" | sha256sum -c --quiet - \
+  || { echo "podman: $TARBALL is not podman-hpc $VERSION (sha256 differs)" >&2; exit 1; }
+rm -rf "$PREFIX" && install -d -m 755 "$PREFIX"
+build="$(mktemp -d "$CACHE/.podman-hpc-build.XXXXXX")"
+trap 'rm -rf "$build"' EXIT
+tar -xzf "$TARBALL" -C "$build"
+step "sha256 and unpack"
+/usr/bin/python3 -m venv "$PREFIX/venv"
+# Its setup.py runs `make setuptools-build_py`, a target its Makefile lacks: installed without
+# that step (the target would only have built nothing; `make build` says "Nothing to do").
+printf 'setuptools-build_py:\n\t@true\n' >>"$build/podman-hpc-$VERSION/Makefile"
+"$PREFIX/venv/bin/pip" install -q --disable-pip-version-check "$build/podman-hpc-$VERSION" \
+  >"$build/pip.log" 2>&1 || { tail -n 30 "$build/pip.log" >&2; exit 1; }
+step "podman-hpc $VERSION and its Python packages (click, pyyaml, toml) in $PREFIX/venv"
+"$PREFIX/venv/bin/python" -m podman_hpc.configure_hooks --hooksd "$PREFIX/hooks.d" >/dev/null
+# The site config, as Perlmutter's /etc/podman_hpc/podman_hpc.yaml names its parts; the
+# per-user storage (graph_root, run_root, config_home) is what each job sets for itself
+# (PODMANHPC_GRAPH_ROOT ...: dask_hpc.batch.runtimes), never /tmp/UID_hpc another user may make.
+cat >"$PREFIX/podman_hpc.yaml" <<EOF
+podman_bin: "/usr/bin/podman"
+mount_program: "$PREFIX/venv/bin/fuse-overlayfs-wrap"
+modules_dir: "$PREFIX/venv/etc/podman_hpc/modules.d"
+hooks_dir: "$PREFIX/hooks.d"
+mksquashfs_bin: "/usr/bin/mksquashfs"
+localid_var: "SLURM_LOCALID"
+tasks_per_node_var: "SLURM_STEP_TASKS_PER_NODE"
+ntasks_pattern: "[0-9]+"
+EOF
+chmod -R go-w "$PREFIX"
+"$PREFIX/venv/bin/podman-hpc" --help >/dev/null
+step "hooks.d and site config"
+echo "$want" >"$STAMP"
+echo "podman: installed podman $podman_release, $PREFIX/venv/bin/podman-hpc"
