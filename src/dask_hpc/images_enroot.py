@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .guard.images import ImageError, record_digest, sign_digest
@@ -140,35 +141,50 @@ def convert(
     return output
 
 
-def for_site(site: str, sif: Path, sign_key: Path | None = None) -> Path | None:
-    """``invoke build``'s hook: the squashfs beside ``sif`` where ``site``'s nodes run Pyxis
-    (its profile's ``container_runtime``), else None (a build target that is no site too)."""
+def site_runs(site: str, runtime: str) -> bool:
+    """Whether ``site``'s nodes have ``runtime`` (its profile's ``container_runtime`` or one it
+    also has); False for a build target that is no site."""
     from .planning.sites import all_sites
 
     profile = all_sites().get(site)
-    if profile is None or "pyxis" not in (
+    return profile is not None and runtime in (
         profile.container_runtime,
         *profile.container_runtimes_also,
-    ):
-        return None
-    return convert(sif, sign_key=sign_key)
+    )
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``[--key PEM] SIF [SQSH]``: convert (the sha256 signed with the site's private key
-    where given), print the squashfs and its sha256; one line on a problem."""
+def for_site(site: str, sif: Path, sign_key: Path | None = None) -> Path | None:
+    """``invoke build``'s hook: the squashfs beside ``sif`` where ``site``'s nodes run Pyxis,
+    else None."""
+    return convert(sif, sign_key=sign_key) if site_runs(site, "pyxis") else None
+
+
+def converted(
+    argv: list[str] | None, module: str, output: str, make: Callable[..., Path]
+) -> tuple[Path, Path | None] | int:
+    """A conversion command's ``[--key PEM] SIF [OUTPUT]``: (what ``make`` wrote, the key), or
+    the exit status after one line on stderr."""
     args = sys.argv[1:] if argv is None else list(argv)
     key = None
     if args[:1] == ["--key"] and len(args) > 1:
         key, args = Path(args[1]), args[2:]
     if len(args) not in (1, 2):
-        print("usage: python3 -m dask_hpc.images_enroot [--key PEM] SIF [SQSH]", file=sys.stderr)
+        print(f"usage: python3 -m {module} [--key PEM] SIF [{output}]", file=sys.stderr)
         return 2
     try:
-        out = convert(Path(args[0]), Path(args[1]) if len(args) == 2 else None, sign_key=key)
+        return make(Path(args[0]), Path(args[1]) if len(args) == 2 else None, sign_key=key), key
     except ImageError as e:
-        print(f"dask_hpc.images_enroot: error: {e}", file=sys.stderr)
+        print(f"{module}: error: {e}", file=sys.stderr)
         return e.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``[--key PEM] SIF [SQSH]``: convert (the sha256 signed with the site's private key
+    where given), print the squashfs and its sha256; one line on a problem."""
+    done = converted(argv, "dask_hpc.images_enroot", "SQSH", convert)
+    if isinstance(done, int):
+        return done
+    out, key = done
     signed = f", signed with {key}" if key else ""
     print(f"wrote {out} (sha256 {out.with_name(out.name + '.sha256').read_text().split()[0]}"
           f"{signed})")  # fmt: skip

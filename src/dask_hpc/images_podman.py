@@ -33,7 +33,7 @@ import tempfile
 from pathlib import Path
 
 from .guard.images import ImageError, record_digest, sign_digest
-from .images_enroot import environment, unpack
+from .images_enroot import converted, environment, site_runs, unpack
 
 SUFFIX = ".oci.tar"
 LAYER = "application/vnd.oci.image.layer.v1.tar"
@@ -151,32 +151,16 @@ def image_id(archive: Path) -> str:
 
 def for_site(site: str, sif: Path, sign_key: Path | None = None) -> Path | None:
     """``invoke build``'s hook: the OCI archive beside ``sif`` where ``site``'s nodes run
-    podman-hpc (its profile's ``container_runtime``), else None."""
-    from .planning.sites import all_sites
-
-    profile = all_sites().get(site)
-    if profile is None or "podman-hpc" not in (
-        profile.container_runtime,
-        *profile.container_runtimes_also,
-    ):
-        return None
-    return convert(sif, sign_key=sign_key)
+    podman-hpc, else None."""
+    return convert(sif, sign_key=sign_key) if site_runs(site, "podman-hpc") else None
 
 
 def main(argv: list[str] | None = None) -> int:
     """``[--key PEM] SIF [ARCHIVE]``: convert, print the archive, its sha256 and image ID."""
-    args = sys.argv[1:] if argv is None else list(argv)
-    key = None
-    if args[:1] == ["--key"] and len(args) > 1:
-        key, args = Path(args[1]), args[2:]
-    if len(args) not in (1, 2):
-        print("usage: python3 -m dask_hpc.images_podman [--key PEM] SIF [ARCHIVE]", file=sys.stderr)
-        return 2
-    try:
-        out = convert(Path(args[0]), Path(args[1]) if len(args) == 2 else None, sign_key=key)
-    except ImageError as e:
-        print(f"dask_hpc.images_podman: error: {e}", file=sys.stderr)
-        return e.exit_code
+    done = converted(argv, "dask_hpc.images_podman", "ARCHIVE", convert)
+    if isinstance(done, int):
+        return done
+    out, key = done
     digest = out.with_name(out.name + ".sha256").read_text().split()[0]
     signed = f", signed with {key}" if key else ""
     print(f"wrote {out} (sha256 {digest}{signed}; image ID {image_id(out)})")
