@@ -147,7 +147,7 @@ def test_wrapper_and_venv(node: testinfra.host.Host, converged: Env) -> None:
         return
     # Python 3.10 (Ubuntu 22.04) has no -P: the job runs the bootstrap, which drops the
     # working directory before anything is imported; a module planted there is not run.
-    line = next(s for s in script.stdout.splitlines() if f"{python} -c " in s)
+    line = next(s for s in script.stdout.splitlines() if f"{python} -c " in s and "runpy" in s)
     words = shlex.split(line)  # srun ... PYTHON -c BOOTSTRAP cpu 1 ...
     at = words.index(python)
     assert words[at + 1 : at + 3] == ["-c", BOOTSTRAP.format(module="dask_hpc")], line

@@ -64,9 +64,19 @@ for path in "$CACHE" "$PREFIX" "$PREFIX/bin" "$PREFIX/bin/enroot" "$PREFIX/pyxis
 done
 exec 9>"$CACHE/.enroot-setup.lock"  # one build at a time
 flock 9
+# Containers get a /dev/shm of their own (tmpfs) instead of Enroot's bind of the host's: the
+# suite's Ansible tests mount sshfs targets under the host's /dev/shm meanwhile, and the bind
+# then failed ("enroot-mount: failed to mount: /dev/shm at .../dev/shm: Invalid argument",
+# a clean-clone CI run). The only change to Enroot's own configuration here.
+shm_of_its_own() {
+  local fstab="$PREFIX/etc/enroot/mounts.d/10-system.fstab"
+  [ -f "$fstab" ] || return 0
+  sed -i 's|^/dev/shm[[:space:]].*|tmpfs /dev/shm tmpfs x-create=dir,rw,nosuid,nodev,mode=1777,slave 0 -1|' "$fstab"
+}
 want="enroot $VERSION $SHA256 pyxis $PYXIS_VERSION $PYXIS_SHA256 slurm $headers"
 if [ -x "$PREFIX/bin/enroot" ] && [ -f "$PREFIX/pyxis/spank_pyxis.so" ] && [ -f "$STAMP" ] \
    && [ "$(cat "$STAMP")" = "$want" ]; then
+  shm_of_its_own
   echo "enroot: ok ($PREFIX/bin/enroot, $PREFIX/pyxis/spank_pyxis.so, cached)"
   exit 0
 fi
@@ -97,5 +107,6 @@ step "Enroot $VERSION built (musl, libbsd, its helpers) and installed"
   install -m 644 spank_pyxis.so "$PREFIX/pyxis/spank_pyxis.so"
 )
 step "Pyxis $PYXIS_VERSION built against libslurm-dev $headers"
+shm_of_its_own
 echo "$want" >"$STAMP"
 echo "enroot: built $PREFIX/bin/enroot ($("$PREFIX/bin/enroot" version)), $PREFIX/pyxis/spank_pyxis.so"
