@@ -129,7 +129,11 @@ async def execute(lab: Lab, kernel: str, code: str, timeout: float = 60) -> str:
     out = []
 
     async def read() -> None:
-        while True:
+        # Done when both have come: the shell's execute_reply and iopub's status idle. The
+        # reply may come before the output (two channels, no order between them): reading to
+        # the reply alone once returned "" in CI.
+        replied = idle = False
+        while not (replied and idle):
             raw = await ws.read_message()
             assert raw is not None, "the kernel's websocket closed"
             msg = json.loads(raw)
@@ -141,7 +145,9 @@ async def execute(lab: Lab, kernel: str, code: str, timeout: float = 60) -> str:
             elif kind == "error":
                 out.append("\n".join(msg["content"]["traceback"]))
             elif kind == "execute_reply":
-                return
+                replied = True
+            elif kind == "status" and msg["content"]["execution_state"] == "idle":
+                idle = True
 
     try:
         await asyncio.wait_for(read(), timeout)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-IMAGE_BUILD_TIMEOUT = 900
+IMAGE_BUILD_TIMEOUT = 1200
 
 
 def invoke_argv(*args: str) -> list[str]:

@@ -19,6 +19,17 @@ from build_support import (  # noqa: F401
 )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Whichever test needs the image first also waits for its build: its timeout is its own
+    plus IMAGE_BUILD_TIMEOUT (86 s alone, 512 s beside the rest of the suite in CI, where a
+    600 s timeout once cut it off)."""
+    for item in items:
+        if "local_image" in getattr(item, "fixturenames", ()):
+            own = item.get_closest_marker("timeout")
+            seconds = float(own.args[0] if own and own.args else config.getini("timeout") or 0)
+            item.add_marker(pytest.mark.timeout(IMAGE_BUILD_TIMEOUT + seconds), append=False)
+
+
 @pytest.fixture
 def invoke(run_cmd: Callable[..., object]) -> Callable[..., object]:
     """``invoke(*args, timeout=60, env=None)``: run an invoke task from the repository root."""
