@@ -73,18 +73,23 @@ def implied(site: Site, asked: str | None, image: str | None) -> str:
 def choose(site: Site, asked: str | None, launcher: str) -> str:
     """The runtime of a job on ``site``: ``asked``, else the site's own; one line (exit 2) for
     one the site does not have, or Pyxis under a launcher other than ``srun``."""
+    runtime = check_has(site, asked or site.container_runtime)
+    if runtime == "pyxis" and launcher != "slurm":
+        raise UsageError(
+            f"Pyxis runs containers under srun, not under launcher {launcher}",
+            "use --launcher slurm, or another runtime",
+        )
+    return runtime
+
+
+def check_has(site: Site, runtime: str) -> str:
+    """``runtime``, if ``site`` has it; else one line (exit 2) naming those it has."""
     have = runtimes(site)
-    runtime = asked or site.container_runtime
     if runtime not in have:
         where = f" ({site.container_runtime_source})" if site.container_runtime_source else ""
         raise UsageError(
             f"site {site.name} has no container runtime {runtime!r}{where}",
             f"use {' or '.join(have)}",
-        )
-    if runtime == "pyxis" and launcher != "slurm":
-        raise UsageError(
-            f"Pyxis runs containers under srun, not under launcher {launcher}",
-            "use --launcher slurm, or another runtime",
         )
     return runtime
 

@@ -32,10 +32,12 @@ from ..guard import private
 from ..guard.connection import read_scheduler_file
 from ..guard.images import ImageError
 from ..guard.links import hint, links, private_stream, shown
+from ..planning.sites import CONTAINER_RUNTIMES as RUNTIMES
 
 PROG = "hpc-cluster"
 # HPCCluster's settings that pass from the options as they are (the others: _cluster_kwargs)
 MORE_SETTINGS = (
+    "runtime",
     "launcher",
     "pool",
     "scheduler_walltime",
@@ -93,7 +95,9 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--account", help="project to charge")
     p.add_argument("--queue", help="queue or partition")
     p.add_argument("--walltime", help="each job's, HH:MM:SS")
-    p.add_argument("--image", help="Apptainer image the workers run in (default: this Python)")
+    p.add_argument("--image", help="the image the workers run in (default: this Python)")
+    p.add_argument("--runtime", choices=RUNTIMES, help="what runs --image, one the site has: "
+                   f"{', '.join(RUNTIMES)} (default: the site's)")  # fmt: skip
     p.add_argument("--batch-system", help="slurm, pbs, lsf or flux (default: detected)")
     p.add_argument("--scheduler", choices=("local", "job"), help="where the scheduler runs")
     repeated("--job-directive", "LINE", "one more header line of each job, without #SBATCH/#PBS")

@@ -65,6 +65,7 @@ class HPCCluster(ConfiguredCluster):
         queue: str | None = None,
         walltime: str | None = None,
         image: str | None = None,
+        runtime: str | None = None,
         launcher: str | None = None,
         batch_system: str | None = None,
         scheduler: str | None = None,

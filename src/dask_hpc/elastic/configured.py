@@ -130,7 +130,7 @@ class ConfiguredCluster(JobCluster):
             raise UsageError(f"the cluster already has a pool {name!r}", "pick another name")
         first = next(iter(self.pools.values()), None)
         if first is not None:  # a new pool inherits where the jobs go, not their shape
-            for key in ("account", "queue", "image", "launcher", "walltime"):
+            for key in ("account", "queue", "image", "runtime", "launcher", "walltime"):
                 options.setdefault(key, getattr(first, key))
         batch_system = options.pop("batch_system", None)  # make_pool's, as before
         new = self._add_pool(name, kind or name, PoolOptions.given(options, "add_pool"),
@@ -145,7 +145,7 @@ class ConfiguredCluster(JobCluster):
         """A pool of ``options``, checked (its image, its job script), added."""
         new = pool_from(name, kind, self.site, options, batch_system)
         if new.image and not Path(new.image).is_file():
-            raise UsageError(f"image {new.image} not found", "give the path of the .sif file")
+            raise UsageError(f"image {new.image} not found", "give the path of the image file")
         if hasattr(self, "settings"):  # a running cluster's new pool
             self._check_script(new)
         self.pools[name] = new

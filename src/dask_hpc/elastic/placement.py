@@ -58,6 +58,7 @@ def scheduler_request(cluster: Any) -> script.JobRequest:
         account=first.account,
         queue=first.queue,
         image=first.image,
+        runtime=first.runtime,
         job_name=f"{cluster.cluster_id}-scheduler",
         output=str(cluster.log_directory / f"{cluster.cluster_id}-scheduler.out"),
         batch_system=cluster.batch_system,

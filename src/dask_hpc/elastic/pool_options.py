@@ -26,6 +26,7 @@ class PoolOptions:
     account: str | None = None
     queue: str | None = None
     image: str | None = None
+    runtime: str | None = None
     launcher: str | None = None
     job_directives: Sequence[str] | None = None
     job_setup: Sequence[str] | None = None

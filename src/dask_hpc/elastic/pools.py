@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..batch import commands, requests, script
+from ..batch import commands, requests, runtimes, script
 from ..errors import UsageError
 from ..planning.sites import Site
 from .naming import POOL_NAME
@@ -54,6 +54,7 @@ class Pool:
     cpus_per_worker: int | None = None  # asked of the batch system (batch.requests)
     memory_per_worker: str | None = None
     gpus_per_node: int | None = None
+    runtime: str | None = None  # the container runtime that runs image (batch.runtimes)
     # What the cluster asks of it
     target: int = 0  # jobs
     bounds: tuple[int, float] | None = None  # adaptive (minimum, maximum) jobs, or manual
@@ -119,6 +120,7 @@ class Pool:
             account=self.account,
             queue=self.queue,
             image=self.image,
+            runtime=self.runtime,
             job_name=job_name,
             output=str(log),
             batch_system=batch_system,
@@ -196,6 +198,10 @@ def pool_from(
             f"lifetime margin {margin:g} s does not fit a walltime of {seconds} s",
             "give a longer walltime (more than a minute), or a smaller lifetime_margin",
         )
+    if o.runtime:  # before anything is made or submitted
+        runtimes.check_has(site, o.runtime)
+    if o.image:  # an image the runtime takes (a SIF is not podman-hpc's)
+        runtimes.check_image(str(o.image), runtimes.implied(site, o.runtime, o.image), site)
     cpus = o.cpus_per_worker
     threads = cpus or (max(1, (site.cpu_cores or 1) // wpn) if kind == "cpu" else 1)
     return Pool(
@@ -208,6 +214,7 @@ def pool_from(
         account=o.account,
         queue=o.queue,
         image=o.image,
+        runtime=o.runtime,
         launcher=o.launcher,
         directives=tuple(o.job_directives or ()),
         setup=tuple(o.job_setup or ()),
