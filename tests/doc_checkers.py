@@ -108,7 +108,7 @@ def hpc_job(argv: list[str], command: Command, page: PageRun) -> str:
 
 
 def hpc_cluster(argv: list[str], command: Command, page: PageRun) -> str:
-    from dask_hpc.elastic.cli import build_parser, split_command
+    from dask_hpc.elastic.cli_args import build_parser, split_command
 
     if argv[1] == "script":
         done = run([sys.executable, "-m", "dask_hpc.elastic", *argv[1:]], page, command.env)

@@ -180,7 +180,7 @@ def test_a_job_the_batch_system_refuses_is_said_once(run_cmd, shell_env, elastic
 
 def test_every_option_has_help_and_there_is_a_version(run_cmd, shell_env) -> None:
     from dask_hpc import __version__
-    from dask_hpc.elastic.cli import build_parser
+    from dask_hpc.elastic.cli_args import build_parser
 
     parser = build_parser()
     commands = parser._subparsers._group_actions[0].choices  # noqa: SLF001 (argparse's own)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import inspect
 
 from dask_hpc import HPCCluster
-from dask_hpc.elastic.cli import _cluster_kwargs, build_parser
+from dask_hpc.elastic.cli_args import build_parser, cluster_kwargs
 
 PYTHON_ONLY = {"self", "jobqueue", "asynchronous", "loop", "quiet", "silence_logs"}
 
@@ -19,7 +19,7 @@ def test_up_takes_every_hpccluster_setting() -> None:
             "--directory", "/shared/me", "--log-directory", "/shared/me/logs", "--name", "mine",
             "--jobs", "3"]
     args = build_parser().parse_args(argv)
-    given = _cluster_kwargs(args)
+    given = cluster_kwargs(args)
     assert settings - set(given) == {"jobs"} and args.jobs == 3
     assert given["kind"] == "gpu" and given["launcher"] == "mpi" and given["pool"] == "big"
     assert (given["cpus_per_worker"], given["memory_per_worker"], given["gpus_per_node"]) == (
