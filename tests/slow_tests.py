@@ -47,9 +47,11 @@ SLOW = {
 # waits for it). (directory under tests/, fixture name): why.
 SLOW_FIXTURES = {
     ("ansible", "env"): "the role converged on debootstrap targets, every supported "
-    "ansible-core, twice (first converge 339 s, second 154 s)",
+    "ansible-core, twice (first converge 378 s, second 194 s; 783 s of CPU)",
     ("build", "local_image"): "the local image built for real: debootstrap, wheels, "
-    "apptainer build, signing (454 s)",
+    "apptainer build, signing (512 s beside the rest; 86 s alone)",
+    ("build", "installed"): "dask-hpc pip-installed, not editable, into a venv of its own "
+    "(its tests 68-90 s with it)",
 }
 
 # Tests parametrized over launchers (or batch systems): the same behaviour under each. The quick
