@@ -2,10 +2,13 @@
 
 A SIF holds its root file system as one squashfs partition (``FS (Squashfs/*System/...)`` in
 ``apptainer sif list``). The conversion dumps that partition, unpacks it, writes what Enroot
-reads and Apptainer keeps elsewhere (the definition's ``%environment``, kept in
-``/.singularity.d/env/90-environment.sh``, becomes ``/etc/environment``: the ``PATH`` to
-start-cluster), packs it again with ``mksquashfs`` and records ``IMAGE.sqsh.sha256`` beside it,
-as ``invoke build`` does for the SIF; the job checks it before any rank starts
+reads and Apptainer keeps elsewhere (the base image's ``ENV``, kept in
+``/.singularity.d/env/10-docker2singularity.sh``, and the definition's ``%environment``, in
+``90-environment.sh``, become ``/etc/environment``: the ``PATH`` to start-cluster, and a CUDA
+base image's ``NVIDIA_VISIBLE_DEVICES`` and ``NVIDIA_DRIVER_CAPABILITIES``, without which
+Enroot's NVIDIA hook gives the container no GPU and no driver), packs it again with
+``mksquashfs`` and records ``IMAGE.sqsh.sha256`` beside it, as ``invoke build`` does for the
+SIF; the job checks it before any rank starts
 (``batch.image``). A squashfs has no place for a signature: with the site's private key the
 recorded sha256 is signed instead (``IMAGE.sqsh.sha256.sig``, ``guard.images.sign_digest``),
 and a job with the site's public key verifies that signature and then the sha256.
@@ -29,7 +32,11 @@ from .guard.images import ImageError, record_digest, sign_digest
 
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Apptainer's
 ENVIRONMENT = ".singularity.d/env/90-environment.sh"  # the definition's %environment
+DOCKER_ENV = ".singularity.d/env/10-docker2singularity.sh"  # the base image's ENV
 EXPORT = re.compile(r"^\s*export\s+([A-Za-z_]\w*)=(.*?)\s*$")
+# How Apptainer (1.4.5, read from a build) writes an image's ENV: PATH as it is, the others
+# to be kept where the host sets them: export NAME="${NAME:-"VALUE"}"
+DOCKER_EXPORT = re.compile(r'^export ([A-Za-z_]\w*)="(?:\$\{\1:-"(.*)"\}|(.*))"$')
 SQUASH_OPTIONS = ("-noappend", "-no-progress", "-quiet", "-comp", "zstd")
 
 
@@ -54,12 +61,34 @@ def rootfs_partition(sif: Path, apptainer: str = "apptainer") -> str:
     raise ImageError(f"{sif} has no squashfs root file system", "give a SIF that invoke build made")
 
 
+def docker_environment(rootfs: Path) -> dict[str, str]:
+    """The base image's ``ENV`` as Apptainer keeps it, as plain values (the image's own, not
+    the host's); ImageError for a value with a ``$`` or a backquote left unescaped, which
+    Apptainer's shell would expand."""
+    path = rootfs / DOCKER_ENV
+    values: dict[str, str] = {}
+    for line in (path.read_text() if path.is_file() else "").splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        m = DOCKER_EXPORT.match(line)
+        quoted = (m.group(2) if m.group(2) is not None else m.group(3)) if m else None
+        if quoted is None or re.search(r'(?<!\\)[$`"]', quoted.replace("\\\\", "")):
+            raise ImageError(
+                f"{DOCKER_ENV} line {line.strip()!r} is more than a plain value",
+                "give the base image plain ENV values",
+            )
+        values[m.group(1)] = re.sub(r"\\([\\$`\"])", r"\1", quoted)
+    return values
+
+
 def environment(rootfs: Path) -> dict[str, str]:
-    """The ``%environment`` of the definition as plain values: each ``export NAME=VALUE``
-    of Apptainer's file, ``$NAME`` and ``${NAME}`` taken from those before it (``PATH``
-    from Apptainer's default); ImageError for a line that is more than that."""
-    values = {"PATH": BASE_PATH}
-    names: list[str] = []
+    """The base image's ``ENV`` (``docker_environment``), then the ``%environment`` of the
+    definition as plain values: each ``export NAME=VALUE`` of Apptainer's file, ``$NAME`` and
+    ``${NAME}`` taken from those before it (``PATH`` from the base image, else Apptainer's
+    default); ImageError for a line that is more than that."""
+    docker = docker_environment(rootfs)
+    values = {"PATH": BASE_PATH, **docker}
+    names: list[str] = [name for name in docker if name != "PATH"]
     path = rootfs / ENVIRONMENT
     text = path.read_text() if path.is_file() else ""
     for line in text.splitlines():
@@ -76,7 +105,7 @@ def environment(rootfs: Path) -> dict[str, str]:
             )
         values[m.group(1)] = re.sub(r"\$\{?(\w+)\}?", lambda v: values.get(v.group(1), ""), value)
         names.append(m.group(1))
-    return {name: values[name] for name in ["PATH", *names]}
+    return {name: values[name] for name in dict.fromkeys(["PATH", *names])}
 
 
 def unpack(sif: Path, where: Path, apptainer: str = "apptainer") -> Path:

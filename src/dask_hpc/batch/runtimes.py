@@ -94,6 +94,23 @@ def check_has(site: Site, runtime: str) -> str:
     return runtime
 
 
+def pyxis_gpu_lines(gpus: bool) -> list[str]:
+    """What a Pyxis job tells Enroot's NVIDIA hook (98-nvidia.sh), which reads
+    ``NVIDIA_VISIBLE_DEVICES`` from the job's environment before the image's.
+
+    The site image takes its CUDA base image's ``NVIDIA_VISIBLE_DEVICES=all`` and
+    ``NVIDIA_DRIVER_CAPABILITIES=compute,utility`` (``images_enroot``): a GPU job's containers
+    get the driver and every GPU device (Slurm's device cgroup and ``CUDA_VISIBLE_DEVICES``
+    give each rank its own). A CPU job's containers get none (``void``), so that they start on
+    nodes without NVIDIA's container tools too. A value the user exported is kept."""
+    if gpus:
+        return []
+    return [
+        "# CPU workers: no GPU or NVIDIA driver in the containers (Enroot's NVIDIA hook)",
+        'export NVIDIA_VISIBLE_DEVICES="${NVIDIA_VISIBLE_DEVICES:-void}"',
+    ]
+
+
 def default_image(site_image: str | None, runtime: str) -> str | None:
     """The site's image file for ``runtime``: ``dask-hpc-SITE.sqsh`` for Pyxis,
     ``dask-hpc-SITE.oci.tar`` for podman-hpc."""

@@ -220,6 +220,8 @@ def render(req: JobRequest) -> str:
         else:  # Pyxis and podman mount nothing unasked
             binds = runtimes.mount_lines(site, req.binds, runtime)
         setup += binds
+        if runtime == "pyxis":  # what Enroot's NVIDIA hook gives the container
+            setup += runtimes.pyxis_gpu_lines(worker_type == "gpu")
     setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
     setup += clean_env.lines()  # last: after module loads, before anything the job starts
     if image and runtime == "podman-hpc":  # podman-hpc is Python: after the paths are clean
