@@ -28,22 +28,10 @@ t=$SECONDS
 # same release as slurm-wlm. Runtime: Enroot's own list (its README), less curl's registry use.
 need=(make gcc libc6-dev libslurm-dev jq parallel squashfs-tools fuse-overlayfs squashfuse pigz
       zstd curl)
-installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${need[@]}" 2>/dev/null || true)"
-missing=()
-for p in "${need[@]}"; do grep -q "^$p ii" <<<"$installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt_log="$(mktemp)"
-  if ! { apt-get -o DPkg::Lock::Timeout=300 update -qq \
-         && apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"; } \
-       >"$apt_log" 2>&1; then
-    tail -n 30 "$apt_log" >&2
-    echo "enroot: apt-get could not install Enroot's and Pyxis's dependencies: ${missing[*]}" >&2
-    exit 1
-  fi
-  rm -f "$apt_log"
-  step "apt-get ${missing[*]}"
-fi
+# shellcheck source=apt_need.sh
+. "$repo/tests/setup/apt_need.sh"
+apt_need enroot "Enroot's and Pyxis's dependencies" "${need[@]}"
+[ ${#APT_INSTALLED[@]} -eq 0 ] || step "apt-get ${APT_INSTALLED[*]}"
 slurm_release="$(dpkg-query -W -f='${Version}' slurm-wlm 2>/dev/null || true)"
 headers="$(dpkg-query -W -f='${Version}' libslurm-dev)"
 if [ -n "$slurm_release" ] && [ "$slurm_release" != "$headers" ]; then

@@ -33,21 +33,9 @@ need=(make gcc pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-d
       libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-0-dev lua-posix python3-dev python3-cffi
       python3-ply python3-setuptools python3-yaml jq)
 # One dpkg-query for all (a second run only checks: well under a second).
-installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${need[@]}" 2>/dev/null || true)"
-missing=()
-for p in "${need[@]}"; do grep -q "^$p ii" <<<"$installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt_log="$(mktemp)"
-  if ! { apt-get -o DPkg::Lock::Timeout=300 update -qq \
-         && apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"; } \
-       >"$apt_log" 2>&1; then
-    tail -n 30 "$apt_log" >&2
-    echo "flux: apt-get could not install Flux's build dependencies: ${missing[*]}" >&2
-    exit 1
-  fi
-  rm -f "$apt_log"
-fi
+# shellcheck source=apt_need.sh
+. "$repo/tests/setup/apt_need.sh"
+apt_need flux "Flux's build dependencies" "${need[@]}"
 
 mkdir -p "$CACHE"
 # What runs from the cache (as root, in CI) must be ours alone: /var/tmp is everyone's, so a

@@ -27,22 +27,10 @@ t=$SECONDS
 # rootless podman), python3-venv.
 need=(podman crun runc catatonit fuse-overlayfs squashfuse squashfs-tools inotify-tools uidmap slirp4netns
       python3-venv)
-installed="$(dpkg-query -W -f='${Package} ${db:Status-Abbrev}\n' "${need[@]}" 2>/dev/null || true)"
-missing=()
-for p in "${need[@]}"; do grep -q "^$p ii" <<<"$installed" || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt_log="$(mktemp)"
-  if ! { apt-get -o DPkg::Lock::Timeout=300 update -qq \
-         && apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends "${missing[@]}"; } \
-       >"$apt_log" 2>&1; then
-    tail -n 30 "$apt_log" >&2
-    echo "podman: apt-get could not install podman and podman-hpc's tools: ${missing[*]}" >&2
-    exit 1
-  fi
-  rm -f "$apt_log"
-  step "apt-get ${missing[*]}"
-fi
+# shellcheck source=apt_need.sh
+. "$repo/tests/setup/apt_need.sh"
+apt_need podman "podman and podman-hpc's tools" "${need[@]}"
+[ ${#APT_INSTALLED[@]} -eq 0 ] || step "apt-get ${APT_INSTALLED[*]}"
 # podman-hpc runs `mksquashfs.static` for `migrate` (NERSC's static build); Debian's is the same
 # tool, linked dynamically: the site config names it (mksquashfs_bin).
 
