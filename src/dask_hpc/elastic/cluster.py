@@ -50,7 +50,9 @@ class HPCCluster(ConfiguredCluster):
     first pool is named after ``kind`` unless ``pool`` is given; ``add_pool`` adds others.
     ``scheduler="job"`` runs the scheduler in a batch job of its own. ``binds``: directories
     the workers' containers see (``image=``), Apptainer's ``SRC[:DST[:ro]]``, checked in each
-    job before any rank starts. TLS is always on, with certificates made for this cluster,
+    job before any rank starts. ``runtime``: what runs ``image`` (``apptainer``, ``pyxis`` or
+    ``podman-hpc``, one the site has; default the site's own). TLS is always on, with
+    certificates made for this cluster,
     readable by its owner only.
     """
 
