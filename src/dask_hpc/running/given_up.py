@@ -109,10 +109,11 @@ class GivenUp:
                     streams.append(stream)
                 if done % REMOVALS_PER_TURN == 0:
                     await asyncio.sleep(0)  # heartbeats, clients and timers in between
-        finally:
+        finally:  # of those removed (all but where a removal raised)
             if batched:
                 workers.told_later = workers.told_later - set(addresses)
-                await tell_the_others(scheduler, addresses, stimulus_id)
+                gone = [address for address in addresses if address not in workers]
+                await tell_the_others(scheduler, gone, stimulus_id)
         # Dask leaves a removed worker's connection open for the worker to close when it reads
         # its "close": a hung worker never does, and when the scheduler itself closed, the wait
         # on it ended in a CancelledError traceback. So the "close" goes out first (the hung
@@ -139,6 +140,8 @@ async def tell_the_others(scheduler: Any, gone: list[str], stimulus_id: str) -> 
     and a hung rank's removals all ran in one turn. Measured (benchmarks.scale.faults, hang at
     10,000 workers on 2 cores, docs/scale.md): one turn of 298.8 s giving up 9,937 workers.
     """
+    if not gone:
+        return
     left = set(gone)
     bandwidth = scheduler.bandwidth_workers
     for pair in [pair for pair in bandwidth if pair[0] in left or pair[1] in left]:
