@@ -107,7 +107,7 @@ def make(
 
 
 def workers(client: Any) -> int:
-    return len(client.scheduler_info(n_workers=-1)["workers"])
+    return len(client.sync(client.scheduler.identity, n_workers=-1)["workers"])  # not the cache
 
 
 def wait_until(predicate: Callable[[], Any], timeout: float, what: str) -> float:

@@ -67,7 +67,7 @@ def job(address: str | None, scenario: str, go: str, out: str, busy: float) -> i
 
     client = Client(address) if address else Client()
     client.wait_for_workers(3, timeout=120)
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"]  # not the cache
     victim = next(a for a, w in workers.items() if str(w["name"]) == "2")
     names = {a: str(w["name"]) for a, w in workers.items()}
     result: dict = {"error": None}

@@ -65,7 +65,7 @@ import sys, time
 from distributed import Client
 n, sched, stamp = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 client = Client(scheduler_file=sched, timeout=120)
-while len(client.scheduler_info(n_workers=-1)["workers"]) < n:
+while len(client.sync(client.scheduler.identity, n_workers=-1)["workers"]) < n:
     time.sleep(0.01)
 open(stamp, "w").write(repr(time.time()))
 client.shutdown()
@@ -240,7 +240,7 @@ class Chain:
 
     def time(self, argv: list[str], env: dict[str, str]) -> float:
         """Seconds from launch until the scheduler lists the rank's worker; then it is closed."""
-        before = set(self.client.scheduler_info(n_workers=-1)["workers"])
+        before = set(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
         start = time.monotonic()
         proc = subprocess.Popen(
             argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
@@ -248,7 +248,10 @@ class Chain:
         deadline = start + 120
         new: set[str] = set()
         while not new and time.monotonic() < deadline and proc.poll() is None:
-            new = set(self.client.scheduler_info(n_workers=-1)["workers"]) - before
+            new = (
+                set(self.client.sync(self.client.scheduler.identity, n_workers=-1)["workers"])
+                - before
+            )
             if not new:
                 time.sleep(0.005)
         latency = time.monotonic() - start

@@ -90,7 +90,7 @@ def inner(out: Path, sizes_mib: list[int], repeat: int, shuffle_mib: int) -> Non
 
     client = Client(timeout=60)
     client.wait_for_workers(2, timeout=60)
-    a, b = sorted(client.scheduler_info(n_workers=-1)["workers"])[:2]
+    a, b = sorted(client.sync(client.scheduler.identity, n_workers=-1)["workers"])[:2]
     result: dict = {"transfers": {}, "shuffle": None, "ciphers": None}
     seed = 0
     for size in sizes_mib:

@@ -84,7 +84,9 @@ def count_inside(n: int, seed: int, library: str = "auto") -> dict[str, Any]:
 
 def estimate(client: Client, samples: int, library: str = "auto") -> tuple[float, dict[str, dict]]:
     """Split ``samples`` over the workers, one task each; pi and each worker's report by name."""
-    workers = client.scheduler_info(n_workers=-1)["workers"]
+    # From the scheduler itself: on a synchronous client scheduler_info() returns a cache that
+    # the client's own periodic poll (no workers asked) may have emptied in between.
+    workers = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
     addresses = sorted(workers)
     share, extra = divmod(samples, len(addresses))
     futures = [

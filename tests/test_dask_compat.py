@@ -87,7 +87,8 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     assert out["after_exiting_task"] == names  # ...and every worker restarted
     assert out["worker_log_lines"] > 0  # logs at Dask's level reach get_worker_logs
     assert out["sum"] == 45
-    assert out["retired"] == names[-1] and out["after_retire"] == names[:-1]
+    assert out["retired"] == names[-1], output[-8000:]
+    assert out["after_retire"] == names[:-1], output[-8000:]
     # The link COMMAND's client shows has no token, nor has the non-terminal output.
     assert re.fullmatch(r"http://127.0.0.1:\d+/status", out["dashboard_link"])
     assert_tokens_left_out(result.stderr, {"dashboard": out["dashboard_link"]})

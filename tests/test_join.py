@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from jobs.listed import names as listed_names
 from support import start_cluster
 
 
@@ -31,9 +32,7 @@ def test_join_grows_a_running_cluster_and_ends_with_it(
 
         with connect(sched) as client:
             client.wait_for_workers(3, timeout=60)
-            names = sorted(
-                str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values()
-            )
+            names = listed_names(client)
             assert names[0] == "0" and all(n.startswith("join-") for n in names[1:])
             assert client.submit(lambda: 41 + 1).result() == 42
             client.shutdown()

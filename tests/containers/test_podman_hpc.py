@@ -74,7 +74,8 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
         "p = glob.glob(os.path.abspath('.dask-hpc-podman_*')) + "
         "glob.glob('/tmp/dask-hpc-podman_*'); s = [os.stat(d) for d in p]; "
         "[print('STORE', d, oct(stat.S_IMODE(x.st_mode)), x.st_uid) for d, x in zip(p, s)]; "
-        "print('SUM', c.submit(sum, [20, 22]).result(), len(c.scheduler_info()['workers']))"
+        "print('SUM', c.submit(sum, [20, 22]).result(), "
+        "len(c.sync(c.scheduler.identity)['workers']))"
     )
     text = script.render(
         script.JobRequest(

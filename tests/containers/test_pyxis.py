@@ -77,7 +77,8 @@ def test_a_deepops_job_runs_its_cluster_under_pyxis(
     code = (  # in the container: its /etc/environment (the host's is empty), the cluster's sum
         "from dask.distributed import Client; c = Client(); "
         "print('IMAGE', open('/etc/environment').readline().strip()); "
-        "print('SUM', c.submit(sum, [20, 22]).result(), len(c.scheduler_info()['workers']))"
+        "print('SUM', c.submit(sum, [20, 22]).result(), "
+        "len(c.sync(c.scheduler.identity)['workers']))"
     )
     text = script.render(
         script.JobRequest(

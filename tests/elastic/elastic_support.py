@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs.listed import names
+
 from dask_hpc import HPCCluster
 
 
 def worker_names(client: Any) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+    return names(client)
 
 
 def computed_twice(cluster: HPCCluster) -> list[str]:

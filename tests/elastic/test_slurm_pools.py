@@ -13,13 +13,12 @@ import time
 import pytest
 from distributed import wait
 from elastic_support import worker_names
+from jobs.listed import workers
 
 pytestmark = pytest.mark.slurm
 
 
-def test_adapt_grows_only_the_pool_whose_resources_the_tasks_need(
-    make_cluster, wait_for
-) -> None:
+def test_adapt_grows_only_the_pool_whose_resources_the_tasks_need(make_cluster, wait_for) -> None:
     cluster = make_cluster("cpu", workers_per_node=1, site="deepops", walltime="00:10:00")
     cluster.add_pool("gpu", workers_per_node=1)
     assert "--name-prefix" in cluster.job_script("gpu") and " gpu 1 " in cluster.job_script("gpu")
@@ -57,7 +56,7 @@ def test_pools_scale_on_their_own(make_cluster, wait_for) -> None:
     cluster.scale(jobs=1, pool="gpu")
     client = cluster.get_client()
     client.wait_for_workers(3, timeout=120)
-    info = client.scheduler_info(n_workers=-1)["workers"].values()
+    info = workers(client).values()
     resources = {str(w["name"]).split("-")[1]: w["resources"] for w in info}
     assert resources == {"cpu": {}, "gpu": {"GPU": 1}}
     cluster.scale(jobs=0, pool="gpu")

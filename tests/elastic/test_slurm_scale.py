@@ -52,7 +52,7 @@ def test_scale_by_jobs_with_tls_and_down_keeping_every_result(
 
     cluster.scale(jobs=1)
     (retired,) = [j for j in cluster.jobs.values() if j.retiring]
-    wait_for(lambda: len(client.scheduler_info()["workers"]) == 2, 60, what="2 workers left")
+    wait_for(lambda: len(worker_names(client)) == 2, 60, what="2 workers left")
     assert client.gather(futures) == list(range(1, 401))
     assert computed_twice(cluster) == []
     # The retired job's ranks ended by themselves: the job completed, with status 0.
@@ -78,7 +78,7 @@ def test_queued_jobs_count_and_are_cancelled_before_running_ones_shrink(
     (queued,) = [j.job_id for j in cluster.jobs.values() if j.state == "queued"]
 
     cluster.scale(jobs=2)
-    wait_for(lambda: len(client.scheduler_info()["workers"]) == 2, 60, what="2 workers")
+    wait_for(lambda: len(worker_names(client)) == 2, 60, what="2 workers")
     assert elastic_slurm.wait_job(queued, 30)[0] == "CANCELLED"
     wait_for(lambda: len([j for j in cluster.finished if j.ever_connected]) == 1, 30,
              what="the retired job to end")
@@ -99,7 +99,7 @@ def test_a_job_the_batch_system_ends_stops_counting_and_is_replaced(
     elastic_slurm.scancel(victim.job_id)  # the batch system ends it (a node lost, a preemption)
     wait_for(lambda: victim.name not in cluster.jobs, 30, what="the cluster to notice")
     wait_for(
-        lambda: len(client.scheduler_info()["workers"]) == 2
+        lambda: len(worker_names(client)) == 2
         and victim.name not in {n.rsplit("-", 1)[0] for n in worker_names(client)},
         120,
         what="a replacement's worker",

@@ -12,10 +12,7 @@ import os
 import sys
 
 from distributed import Client
-
-
-def names(client: Client) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info()["workers"].values())
+from listed import names
 
 
 def main(rounds: int) -> None:

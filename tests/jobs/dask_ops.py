@@ -14,10 +14,7 @@ import time
 
 from distributed import Client, KilledWorker
 from distributed.diagnostics.plugin import Environ
-
-
-def names(client: Client) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values())
+from listed import names, workers
 
 
 def back_after_restart(client: Client, n: int, restarted: set[str]) -> None:
@@ -30,7 +27,7 @@ def back_after_restart(client: Client, n: int, restarted: set[str]) -> None:
     needs them all waits for them, as here."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        listed = client.scheduler_info(n_workers=-1)["workers"]
+        listed = workers(client)
         if len(listed) >= n and not restarted & set(listed):
             return
         time.sleep(0.1)
@@ -52,7 +49,7 @@ def main() -> int:
         result["seconds"][label] = round(time.monotonic() - start, 2)
 
     start = time.monotonic()
-    before = set(client.scheduler_info(n_workers=-1)["workers"])
+    before = set(workers(client))
     client.restart()
     back_after_restart(client, n, before)
     result["after_restart"] = names(client)
@@ -60,7 +57,7 @@ def main() -> int:
     unless_whole(client, n, result, "after_restart")
 
     start = time.monotonic()
-    first = sorted(client.scheduler_info(n_workers=-1)["workers"])[0]
+    first = sorted(workers(client))[0]
     client.restart_workers([first])
     back_after_restart(client, n, {first})
     result["after_restart_workers"] = names(client)
@@ -105,13 +102,12 @@ def main() -> int:
     result["sum"] = client.submit(sum, range(10)).result()
 
     start = time.monotonic()
-    last = max(
-        client.scheduler_info(n_workers=-1)["workers"].items(), key=lambda kv: str(kv[1]["name"])
-    )
+    last = max(workers(client).items(), key=lambda kv: str(kv[1]["name"]))
     client.retire_workers([last[0]])
     result["retired"] = str(last[1]["name"])
     result["after_retire"] = names(client)
     timed("retire_workers", start)
+    unless_whole(client, n - 1, result, "after_retire")
     print("DASKOPS " + json.dumps(result), flush=True)
     return 0
 

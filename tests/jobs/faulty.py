@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from distributed import Client
+from listed import workers
 
 
 def report(**data) -> None:
@@ -31,7 +32,7 @@ def die_once(marker: str, x: int) -> int:
 
 def kill_worker(directory: str) -> int:
     client = Client(timeout=30)
-    n = len(client.scheduler_info(n_workers=-1)["workers"])
+    n = len(workers(client))
     before = sorted(client.run(os.getpid).values())
     marker = os.path.join(directory, "killed-worker")
     t0 = time.monotonic()
@@ -54,7 +55,7 @@ def kill_worker(directory: str) -> int:
 
 def hold(file: str) -> int:
     client = Client(timeout=30)
-    n = len(client.scheduler_info(n_workers=-1)["workers"])
+    n = len(workers(client))
     tmp = file + ".tmp"
     Path(tmp).write_text(json.dumps({"pid": os.getpid(), "rank_pid": os.getppid(), "n": n}))
     os.replace(tmp, file)

@@ -16,7 +16,9 @@ import sys
 import time
 from pathlib import Path
 
+import listed
 from distributed import Client, get_worker
+from listed import names
 
 
 def report(**data) -> None:
@@ -26,10 +28,6 @@ def report(**data) -> None:
 def square(x: int) -> int:
     time.sleep(0.4)
     return x * x
-
-
-def names(client: Client) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info(n_workers=-1)["workers"].values())
 
 
 def wait_for_file(path: str, timeout: float) -> bool:
@@ -68,7 +66,7 @@ def hold_the_gil(seconds: float) -> str:
 
 def gil(hold: str, worker_name: str, seconds: str) -> None:
     with Client() as client:
-        workers = client.scheduler_info(n_workers=-1)["workers"]
+        workers = listed.workers(client)
         before = sorted(str(w["name"]) for w in workers.values())
         address = next(a for a, w in workers.items() if str(w["name"]) == worker_name)
         others = [a for a in workers if a != address]

@@ -10,6 +10,7 @@ import sys
 
 import psutil
 from distributed import Client
+from listed import workers
 
 
 def memory() -> dict:
@@ -19,7 +20,7 @@ def memory() -> dict:
 
 def main() -> int:
     client = Client()
-    n = len(client.scheduler_info(n_workers=-1)["workers"])
+    n = len(workers(client))
     total = sum(client.gather(client.map(lambda x: x + 1, range(n))))
     per_worker = list(client.run(memory).values())
     hosts = {m["pid"]: m for m in client.run(memory, nanny=True).values()}  # a host per rank

@@ -11,15 +11,12 @@ import time
 from pathlib import Path
 
 from distributed import Client
+from listed import names
 
 
 def square(x: int) -> int:
     time.sleep(0.2)
     return x * x
-
-
-def names(client: Client) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info()["workers"].values())
 
 
 def main(hold: str) -> None:

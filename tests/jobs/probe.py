@@ -39,7 +39,8 @@ def _http_address(dask_worker):
 
 def main() -> int:
     client = Client(timeout=30)
-    info = client.scheduler_info(n_workers=-1)["workers"]
+    # from the scheduler, not the client's cache (listed.py says why; this file runs alone)
+    info = client.sync(client.scheduler.identity, n_workers=-1)["workers"]
     views = client.run(worker_view)
     squares = client.gather(client.map(lambda x: x * x, range(100)))
     result = {

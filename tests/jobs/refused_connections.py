@@ -15,6 +15,7 @@ import ssl
 import sys
 
 from distributed import Client
+from listed import workers
 
 
 def refused(address: str, n: int) -> int:
@@ -41,7 +42,7 @@ def refused(address: str, n: int) -> int:
 def main() -> None:
     at_scheduler, at_worker = int(sys.argv[1]), int(sys.argv[2])
     with Client(timeout=30) as client:
-        worker = next(iter(client.scheduler_info()["workers"]))
+        worker = next(iter(workers(client)))
     sent = {
         "scheduler": refused(os.environ["DASK_SCHEDULER_ADDRESS"], at_scheduler),
         "worker": refused(worker, at_worker),

@@ -11,11 +11,9 @@ import signal
 import time
 
 import dask.array as da
+import listed
 from distributed import Client
-
-
-def names(client: Client) -> list[str]:
-    return sorted(str(w["name"]) for w in client.scheduler_info()["workers"].values())
+from listed import names
 
 
 def catch_shuffle_warnings() -> None:
@@ -56,7 +54,7 @@ def main() -> None:
         x = da.ones((2000, 2000), chunks=(2000, 50))
         total = float(x.rechunk((50, 2000), method="p2p").sum().compute())
         missing = None if names(client) == before else removals(client, before, names(client))
-        workers = client.scheduler_info()["workers"]
+        workers = listed.workers(client)
         victim = next((a for a, w in workers.items() if w["name"] == "0-1"), None)
         if victim is None:  # gone after the rechunk (seen once in CI): why, then stop
             print("TERMINAL " + json.dumps({"missing_after_rechunk": missing}), flush=True)
@@ -64,7 +62,7 @@ def main() -> None:
         pid = client.run(os.getpid, workers=[victim])[victim]
         os.kill(pid, signal.SIGTERM)  # local mode: the worker runs on this machine
         deadline = time.monotonic() + 150  # a restart at CI's load (~45 on 2 cores) took > 60 s
-        while names(client) != before or victim in client.scheduler_info()["workers"]:
+        while names(client) != before or victim in listed.workers(client):
             if time.monotonic() > deadline:
                 break
             time.sleep(0.05)
