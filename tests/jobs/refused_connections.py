@@ -15,7 +15,6 @@ import ssl
 import sys
 
 from distributed import Client
-from listed import workers
 
 
 def refused(address: str, n: int) -> int:
@@ -40,6 +39,8 @@ def refused(address: str, n: int) -> int:
 
 
 def main() -> None:
+    from listed import workers  # here: tests import refused() as jobs.refused_connections
+
     at_scheduler, at_worker = int(sys.argv[1]), int(sys.argv[2])
     with Client(timeout=30) as client:
         worker = next(iter(workers(client)))
