@@ -25,12 +25,15 @@ from pathlib import Path
 import pytest
 from containers_support import PYTHON_PREFIX, REPO, short_root, tiny_sif
 from harness.slurm import SlurmCluster
+from harness.waiting import wait_for
 from podman_support import need_podman, podman_env, podman_processes, rank_stores
 
 from dask_hpc import images_podman
 from dask_hpc.batch import script
 
-pytestmark = pytest.mark.slurm
+# One after another: each job's COMMAND and the cancelled job's checks read every rank storage
+# on this node (/tmp/dask-hpc-podman_*), another test's included.
+pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("tests/containers/test_podman_hpc.py")]
 
 
 @pytest.fixture
@@ -44,6 +47,28 @@ def perlmutter_slurm(tmp_path: Path):  # noqa: ANN201
     finally:
         cluster.stop()  # raises if a daemon survives
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+def two_ranks_job(archive: Path, tmp_path: Path, code: str) -> str:
+    """The Perlmutter script of one node, two CPU ranks in podman-hpc, COMMAND ``python -c
+    code``; the job's directory ``tmp_path/job`` and scheduler directory made (0700)."""
+    scheduler = tmp_path / "sched"
+    for d in (tmp_path / "job", scheduler):
+        d.mkdir(mode=0o700)
+    return script.render(
+        script.JobRequest(
+            site="perlmutter",
+            nodes=1,
+            workers_per_node=2,
+            worker_type="cpu",
+            cpus_per_worker=1,
+            walltime="5",
+            image=str(archive),
+            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],  # what a site image holds itself
+            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
+            command=["python", "-c", code],
+        )
+    )
 
 
 def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
@@ -64,9 +89,7 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     assert Path(f"{again}.sha256").read_text().split()[0] == digest[0]  # the same image
     image_id = images_podman.image_id(archive)
 
-    jobdir, scheduler = tmp_path / "job", tmp_path / "sched"
-    for d in (jobdir, scheduler):
-        d.mkdir(mode=0o700)
+    jobdir = tmp_path / "job"
     code = (  # in the container: podman's mark, the image's PATH, a read-only root, the sum
         "import glob, os, stat; from dask.distributed import Client; c = Client(); "
         "print('IN', os.environ.get('container'), os.environ['PATH'].split(':')[0]); "
@@ -77,20 +100,7 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
         "print('SUM', c.submit(sum, [20, 22]).result(), "
         "len(c.sync(c.scheduler.identity)['workers']))"
     )
-    text = script.render(
-        script.JobRequest(
-            site="perlmutter",
-            nodes=1,
-            workers_per_node=2,
-            worker_type="cpu",
-            cpus_per_worker=1,
-            walltime="5",
-            image=str(archive),
-            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],  # what a site image holds itself
-            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
-            command=["python", "-c", code],
-        )
-    )
+    text = two_ranks_job(archive, tmp_path, code)
     launch = text.strip().splitlines()[-1]
     assert launch.startswith("srun ") and 'bash "$dask_hpc_podman/rank"' in launch, launch
     assert "apptainer" not in text
@@ -117,6 +127,50 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     # no podman, conmon, fuse-overlayfs, rank script (the daemons of the test's Slurm stay)
     assert podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == []
     print(f"OCI archive from SIF, twice: {converted:.1f} s; job: {time.monotonic() - t0:.1f} s")
+
+
+def test_a_cancelled_job_leaves_no_container_mount_or_store(
+    perlmutter_slurm: SlurmCluster, tagged_env: dict[str, str], tmp_path: Path
+) -> None:
+    """scancel while COMMAND runs (what the walltime's end does too: SIGTERM to the batch script
+    and every rank, SIGKILL after KillWait): each rank's container stops, podman's processes
+    end, and nothing is left on the node: no mount, no rank storage, no job store. (Before,
+    the batch script's EXIT trap removed the job's store under the stopping containers: their
+    overlays stayed mounted, fuse-overlayfs running.)"""
+    images = tmp_path / "images"
+    images.mkdir(mode=0o755)
+    archive = images_podman.convert(tiny_sif(images), images / "dask-hpc-perlmutter.oci.tar")
+    code = (
+        "import sys, time; from dask.distributed import Client; c = Client(); "
+        "print('READY', len(c.sync(c.scheduler.identity)['workers']), flush=True); "
+        "time.sleep(600)"
+    )
+    text = two_ranks_job(archive, tmp_path, code)
+    jobdir = tmp_path / "job"
+    env = {**tagged_env, **perlmutter_slurm.env, **podman_env(tmp_path)}
+    before = rank_stores()  # another test's, on this node
+    job = perlmutter_slurm.sbatch(text, env=env, cwd=jobdir)
+    output = perlmutter_slurm.root / "jobs" / f"{job}.out"
+    wait_for(
+        lambda: output.exists() and "READY 2" in output.read_text(errors="replace"),
+        180,
+        what="the cluster's two workers, COMMAND running",
+    )
+    assert len(podman_processes(str(jobdir))) >= 4  # two ranks' scripts and podman runs
+    assert rank_stores() - before  # their storage, mounted
+    perlmutter_slurm.scancel(job)
+    state = perlmutter_slurm.wait_job(job, timeout=60)
+    text_out = perlmutter_slurm.job_output(job)
+    assert state[0] == "CANCELLED", text_out
+    assert "start-cluster: received signal 15: shutting down" in text_out, text_out
+    assert "Traceback" not in text_out and "No such process" not in text_out, text_out
+    wait_for(
+        lambda: podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == [],
+        30,
+        what="no podman, conmon or fuse-overlayfs of the job",
+    )
+    assert rank_stores() - before == set(), text_out  # no storage, nor a mount in it
+    assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
 
 
 def test_an_image_of_another_runtime_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -204,6 +204,10 @@ dask_hpc_podman_clean() {  # what rootless podman wrote as another id, then the 
   rm -rf -- "$dask_hpc_podman" 2>/dev/null || podman-hpc unshare rm -rf -- "$dask_hpc_podman"
 }
 trap dask_hpc_podman_clean EXIT  # (and after rank 0's exit status: batch.launch)
+# scancel and the walltime's end signal this script too (SIGTERM, then SIGKILL after KillWait):
+# bash runs this trap once srun has returned, when the ranks' containers have stopped and let go
+# of the store (removed under them, their overlays stayed mounted: measured with scancel)
+trap 'exit 143' TERM
 export USER="${USER:-$(id -un)}"  # podman-hpc's own name for the user's storage
 dask_hpc_podman_run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX)
 dask_hpc_podman_id=$(TMPDIR="$dask_hpc_podman_run" PODMANHPC_GRAPH_ROOT="$dask_hpc_podman/store" \\
@@ -241,7 +245,8 @@ podman-hpc run --name=dask-hpc-rank @{options} "${keep[@]}" "${volumes[@]}" -w "
 pid=$!
 # srun's SIGTERM, to start-cluster in the container, by podman: SIGKILL after its budget to
 # stop (20 s, within Slurm's KillWait), as nothing of the container is in srun's step
-trap 'podman-hpc stop --time=20 dask-hpc-rank >/dev/null 2>&1 || kill -TERM "$pid"' TERM INT
+trap 'podman-hpc stop --time=20 dask-hpc-rank >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null' \\
+  TERM INT
 status=0
 while :; do
   wait "$pid" && status=0 || status=$?
@@ -252,6 +257,11 @@ done
 for _ in $(seq 300); do pgrep -f -- "$store" >/dev/null || break; sleep 0.1; done
 # rootless podman's pause process (it holds the user namespace), where it is this rank's own
 pause=$(cat "$store"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pause" 2>/dev/null
+# what podman left mounted in it as root (its overlay driver's own mount of graph/overlay, when
+# two podman processes ended together: seen on scancel), innermost first; rootless podman's
+# mounts are in its user namespace's mount table, gone with the pause process
+[ "$(id -u)" != 0 ] || grep -F " $store/" /proc/self/mounts | cut -d" " -f2 | sort -r |
+  xargs -r umount 2>/dev/null
 rm -rf -- "$store" 2>/dev/null || podman-hpc unshare rm -rf -- "$store"
 exit "$status"
 DASK_HPC_RANK"""
