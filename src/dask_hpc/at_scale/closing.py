@@ -16,9 +16,9 @@ import asyncio
 
 from distributed import Scheduler
 
-from . import log_summary, many_workers
+from . import PER_TURN, log_summary, many_workers
 
-CLOSE_PER_TURN = 64  # workers told to close per turn of the event loop (see close_workers)
+CLOSE_PER_TURN = PER_TURN  # workers told to close per turn of the event loop (see close_workers)
 
 
 async def close_on_signal(scheduler: Scheduler) -> None:

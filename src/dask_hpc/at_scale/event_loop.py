@@ -30,7 +30,9 @@ import sys
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-EVENTS_PER_TURN = 64
+from . import PER_TURN
+
+EVENTS_PER_TURN = PER_TURN
 T = TypeVar("T")
 
 

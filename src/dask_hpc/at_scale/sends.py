@@ -33,9 +33,9 @@ from distributed import Scheduler
 from distributed.batched import BatchedSend
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-# A write costs ~1 ms of the loop's CPU at 10,000 workers on a loaded machine (above): 64 a
-# turn keep a turn near 0.1 s, as at_scale.event_loop's 64 ready connections a turn do.
-WRITES_PER_TURN = 64
+from . import PER_TURN
+
+WRITES_PER_TURN = PER_TURN  # a write costs ~1 ms of the loop's CPU at 10,000 workers (above)
 
 
 class WritesPerTurn:

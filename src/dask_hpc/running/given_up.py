@@ -25,13 +25,14 @@ import os
 import time
 from typing import Any
 
+from ..at_scale import PER_TURN  # (the package alone: no Dask)
+
 logger = logging.getLogger("distributed.scheduler")
 REASON = "dask-hpc-hung-rank"
 CLOSE_TIMEOUT = 5.0  # s to hand a given-up worker its "close" before its connection is cut
-# Removals, and remaining workers told of them, per turn of the scheduler's event loop: a
-# removal without Dask's loop over the others costs ~1.5 ms at 10,000 workers (docs/scale.md),
-# 64 of them ~0.1 s, as at_scale's 64 writes a turn.
-REMOVALS_PER_TURN = 64
+# Removals, and remaining workers told of them, per turn of the scheduler's event loop (a
+# removal without Dask's loop over the others costs ~1.5 ms at 10,000 workers: docs/scale.md).
+REMOVALS_PER_TURN = PER_TURN
 
 
 def tell_scheduler(pipe: int, names: list[str]) -> None:
