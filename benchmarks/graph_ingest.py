@@ -76,7 +76,7 @@ def main() -> None:
             cells = []
             for saturation in (1.1, float("inf")):
                 tasks, cpu = asyncio.run(ingest_cpu(workers, leaves, saturation))
-                cells.append(f"{cpu:.2f}; {1e6 * cpu / tasks:.0f}")
+                cells.append(f"{cpu:.4f}; {1e6 * cpu / tasks:.0f}")  # thread_time: ns
             print(f"| {workers} | {leaves:,} ({tasks:,}) | {cells[0]} | {cells[1]} |", flush=True)
 
 

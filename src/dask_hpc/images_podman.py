@@ -11,10 +11,11 @@ image ID (podman's ID is the sha256 of that configuration).
 The archive has the SIF's sha256 story: ``IMAGE.oci.tar.sha256`` recorded beside it, and with
 the site's private key that sha256 signed (``.sig``, ``guard.images.sign_digest``). A job checks
 both before any rank starts (``batch.image``, as for a squashfs), then loads the checked file
-once into its own private image store, which every rank runs from (``batch.runtimes``): a copy
-per job, never a store another user can write. Why one file and not an image ID checked in the
-user's store: a store holds layers podman never re-hashes at ``run``, so an ID there proves
-only the configuration, and an archive is what a site or a user copies between machines.
+once into its own private image store and migrates it there (squashed), which every rank runs
+from (``batch.runtimes``): a copy per job, never a store another user can write. Why one file
+and not an image ID checked in the user's store: a store holds layers podman never re-hashes at
+``run``, so an ID there proves only the configuration, and an archive is what a site or a user
+copies between machines.
 
 ``python3 -m dask_hpc.images_podman [--key PEM] SIF [ARCHIVE]``: one line and exit status 2
 on a problem.

@@ -1,10 +1,13 @@
-"""A Perlmutter job under podman-hpc, for real (issue 45): ``podman-hpc load`` and ``run``.
+"""A Perlmutter job under podman-hpc, for real (issue 45): ``podman-hpc load``, ``migrate`` and
+``run``.
 
 Real parts: podman 4.3.1 (Debian's) and podman-hpc 1.1.4 (NERSC's wrapper) as
 tests/setup/podman.sh installs them, a private Slurm (tests/harness/slurm.py), the job script
 rendered as ``invoke job`` renders it for Perlmutter (runtime: the site's, podman-hpc), an OCI
 archive made from a SIF by ``dask_hpc.images_podman``, checked by its recorded sha256, loaded
-into the job's private store, two ranks each in its own ``podman-hpc run``, start-cluster inside
+into the job's private store and migrated there (squashed, mounted by squashfuse on the node;
+tests/setup/podman.sh builds the static mksquashfs a site configures), two ranks each in its
+own ``podman-hpc run``, start-cluster inside
 them, COMMAND's result read back, nothing left running or on disk.
 
 The image is small on purpose (as test_pyxis.py's): a SIF of a merged-/usr skeleton whose
@@ -97,6 +100,9 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
         "p = glob.glob(os.path.abspath('.dask-hpc-podman_*')) + "
         "glob.glob('/tmp/dask-hpc-podman_*'); s = [os.stat(d) for d in p]; "
         "[print('STORE', d, oct(stat.S_IMODE(x.st_mode)), x.st_uid) for d, x in zip(p, s)]; "
+        "j = glob.glob('.dask-hpc-podman_*')[0]; "
+        "print('MIGRATED', len(glob.glob(j + '/squash/overlay/l/*.squash')), "
+        "os.path.exists(j + '/load')); "
         "print('SUM', c.submit(sum, [20, 22]).result(), "
         "len(c.sync(c.scheduler.identity)['workers']))"
     )
@@ -114,6 +120,9 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     assert "SUM 42 2" in output, output
     assert f"IN podman {PYTHON_PREFIX}/bin" in output, output  # COMMAND ran in the image
     assert "RO True" in output, output
+    # podman-hpc migrate: the image's one layer squashed into the job's store, which the ranks
+    # ran from; the loaded copy gone before they started
+    assert "MIGRATED 1 False" in output, output
     # the job's store and the two ranks' storage, while COMMAND ran: 0700, the user's
     stores = [line.split()[1:] for line in output.splitlines() if line.startswith("STORE ")]
     stores = [s for s in stores if s[0] not in before]
@@ -124,6 +133,7 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
     assert [p for p in paths if os.path.exists(p)] == []  # the store, the ranks' storage
     assert rank_stores() - before == set()  # nor a mount in them
+    assert str(jobdir) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
     # no podman, conmon, fuse-overlayfs, rank script (the daemons of the test's Slurm stay)
     assert podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == []
     print(f"OCI archive from SIF, twice: {converted:.1f} s; job: {time.monotonic() - t0:.1f} s")
@@ -171,6 +181,7 @@ def test_a_cancelled_job_leaves_no_container_mount_or_store(
     )
     assert rank_stores() - before == set(), text_out  # no storage, nor a mount in it
     assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
+    assert str(jobdir) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
 
 
 def test_an_image_of_another_runtime_is_refused_in_one_line(tmp_path: Path) -> None:
@@ -219,3 +230,31 @@ def test_a_working_directory_others_can_write_is_refused_before_the_store(
     assert f"working directory {shared}: {shared} can be written by other users" in ran.stderr
     assert "submit from a directory only you can write ($SCRATCH)" in ran.stderr, ran.stderr
     assert list(shared.iterdir()) == []  # no store made
+
+
+def test_an_image_podman_hpc_cannot_migrate_is_refused_in_one_line(tmp_path: Path) -> None:
+    """`podman-hpc migrate` fails (here: the site's mksquashfs is missing; podman-hpc 1.1.4 then
+    still exits 0): the job says so in one line, exit status 2, before any rank starts, and
+    leaves neither its store nor podman's storage behind."""
+    need_podman()
+    images = tmp_path / "images"
+    images.mkdir(mode=0o755)
+    archive = images_podman.convert(tiny_sif(images), images / "dask-hpc-perlmutter.oci.tar")
+    text = two_ranks_job(archive, tmp_path, "pass")
+    setup = text.rstrip().rsplit("\n", 1)[0]  # all but the launch line: no Slurm needed
+    jobdir = tmp_path / "job"
+    before = rank_stores()
+    missing = tmp_path / "no-mksquashfs"
+    ran = subprocess.run(
+        ["bash", "-c", setup],
+        cwd=jobdir,
+        env={**os.environ, **podman_env(tmp_path), "PODMANHPC_MKSQUASHFS_BIN": str(missing)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert ran.returncode == 2 and ran.stderr.count("\n") == 1, ran
+    assert f"podman-hpc could not migrate image {archive}:" in ran.stderr, ran.stderr
+    assert list(jobdir.iterdir()) == []  # the job's store removed
+    assert rank_stores() - before == set()
+    assert str(jobdir) not in Path("/proc/self/mounts").read_text()

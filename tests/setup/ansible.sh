@@ -82,20 +82,8 @@ EOF
 fi
 
 # --- root filesystems -------------------------------------------------------------------------
-host_debian_mirror() {
-  # First Debian archive URI of this machine's apt sources (deb822 or one-line format).
-  local f uri
-  for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list.d/*.list /etc/apt/sources.list; do
-    [ -f "$f" ] || continue
-    uri="$(awk '
-      /^URIs:/ { for (i = 2; i <= NF; i++) print $i }
-      /^deb / { for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) { print $i; break } }
-    ' "$f" | grep -E '/debian/?$' | head -n1 || true)"
-    if [ -n "$uri" ]; then echo "${uri%/}"; return 0; fi
-  done
-  echo "no Debian mirror in this machine's apt sources" >&2
-  return 1
-}
+# shellcheck source=debian_mirror.sh
+. "$here/debian_mirror.sh"  # host_debian_mirror
 
 debootstrap_default_mirror() {
   # The mirror debootstrap itself uses for the Ubuntu SUITE on this architecture (from its script).

@@ -26,13 +26,43 @@ t=$SECONDS
 # wrapper's unmount watcher), runc and catatonit (podman run --init), uidmap (newuidmap for
 # rootless podman), python3-venv.
 need=(podman crun runc catatonit fuse-overlayfs squashfuse squashfs-tools inotify-tools uidmap slirp4netns
-      python3-venv)
+      python3-venv make gcc libc6-dev zlib1g-dev liblz4-dev xz-utils)
 # shellcheck source=apt_need.sh
 . "$repo/tests/setup/apt_need.sh"
+# shellcheck source=debian_mirror.sh
+. "$repo/tests/setup/debian_mirror.sh"
 apt_need podman "podman and podman-hpc's tools" "${need[@]}"
 [ ${#APT_INSTALLED[@]} -eq 0 ] || step "apt-get ${APT_INSTALLED[*]}"
-# podman-hpc runs `mksquashfs.static` for `migrate` (NERSC's static build); Debian's is the same
-# tool, linked dynamically: the site config names it (mksquashfs_bin).
+# podman-hpc's `migrate` runs mksquashfs inside a container of the image (mounted there alone:
+# NERSC's site config names a static build, `mksquashfs.static`) with `-xattrs-exclude`, which
+# squashfs-tools 4.6 added; Debian 12 ships 4.5.1, linked dynamically. So squashfs-tools 4.6.1
+# is built here, static (gzip and lz4, podman-hpc's -comp), from Debian 13's source package:
+# apt fetches it from this machine's Debian mirror (read from its apt sources, as ansible.sh
+# does) and checks it against the signed Sources index; its upstream tarball's sha256 is pinned.
+SQUASHFS_VERSION=4.6.1
+SQUASHFS_SHA256=94201754b36121a9f022a190c75f718441df15402df32c2b520ca331a107511c
+
+static_mksquashfs() {  # WORKDIR OUT
+  local work=$1 out=$2 mirror
+  mkdir -p "$work/lists/partial" "$work/parts" "$work/src"
+  mirror="$(host_debian_mirror)" || exit 1
+  printf 'Types: deb-src\nURIs: %s\nSuites: trixie\nComponents: main\n' "$mirror" \
+    >"$work/parts/trixie.sources"
+  local apt=(apt-get -qq -o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$work/parts"
+             -o "Dir::State::Lists=$work/lists" -o APT::Sandbox::User=root)
+  "${apt[@]}" update >"$work/apt.log" 2>&1 \
+    && (cd "$work/src" && "${apt[@]}" source --download-only squashfs-tools >>"$work/apt.log" 2>&1) \
+    || { tail -n 20 "$work/apt.log" >&2; echo "podman: apt-get could not fetch squashfs-tools' source" >&2; exit 1; }
+  local tarball="$work/src/squashfs-tools_$SQUASHFS_VERSION.orig.tar.gz"
+  echo "$SQUASHFS_SHA256  $tarball" | sha256sum -c --quiet - \
+    || { echo "podman: Debian 13's squashfs-tools is no longer $SQUASHFS_VERSION (sha256 differs)" >&2; exit 1; }
+  tar -xzf "$tarball" -C "$work/src"
+  make -C "$work/src/squashfs-tools-$SQUASHFS_VERSION/squashfs-tools" -j"$(nproc)" mksquashfs \
+    GZIP_SUPPORT=1 LZ4_SUPPORT=1 XZ_SUPPORT=0 LZO_SUPPORT=0 ZSTD_SUPPORT=0 XATTR_SUPPORT=1 \
+    EXTRA_LDFLAGS=-static >"$work/make.log" 2>&1 \
+    || { tail -n 20 "$work/make.log" >&2; echo "podman: mksquashfs did not build" >&2; exit 1; }
+  install -m 755 "$work/src/squashfs-tools-$SQUASHFS_VERSION/squashfs-tools/mksquashfs" "$out"
+}
 
 mkdir -p "$CACHE"
 # What runs from the cache must be ours alone: /var/tmp is everyone's.
@@ -47,7 +77,7 @@ done
 exec 9>"$CACHE/.podman-setup.lock"  # one install at a time
 flock 9
 podman_release="$(dpkg-query -W -f='${Version}' podman)"
-want="podman-hpc $VERSION $SHA256 podman $podman_release"
+want="podman-hpc $VERSION $SHA256 podman $podman_release mksquashfs $SQUASHFS_VERSION"
 if [ -x "$PREFIX/venv/bin/podman-hpc" ] && [ -f "$PREFIX/podman_hpc.yaml" ] && [ -f "$STAMP" ] \
    && [ "$(cat "$STAMP")" = "$want" ]; then
   echo "podman: ok (podman $podman_release, $PREFIX/venv/bin/podman-hpc, cached)"
@@ -68,6 +98,8 @@ printf 'setuptools-build_py:\n\t@true\n' >>"$build/podman-hpc-$VERSION/Makefile"
 "$PREFIX/venv/bin/pip" install -q --disable-pip-version-check "$build/podman-hpc-$VERSION" \
   >"$build/pip.log" 2>&1 || { tail -n 30 "$build/pip.log" >&2; exit 1; }
 step "podman-hpc $VERSION and its Python packages (click, pyyaml, toml) in $PREFIX/venv"
+static_mksquashfs "$build/squashfs" "$PREFIX/mksquashfs.static"
+step "squashfs-tools $SQUASHFS_VERSION's mksquashfs, static"
 "$PREFIX/venv/bin/python" -m podman_hpc.configure_hooks --hooksd "$PREFIX/hooks.d" >/dev/null
 # The site config, as Perlmutter's /etc/podman_hpc/podman_hpc.yaml names its parts; the
 # per-user storage (graph_root, run_root, config_home) is what each job sets for itself
@@ -77,7 +109,7 @@ podman_bin: "/usr/bin/podman"
 mount_program: "$PREFIX/venv/bin/fuse-overlayfs-wrap"
 modules_dir: "$PREFIX/venv/etc/podman_hpc/modules.d"
 hooks_dir: "$PREFIX/hooks.d"
-mksquashfs_bin: "/usr/bin/mksquashfs"
+mksquashfs_bin: "$PREFIX/mksquashfs.static"
 localid_var: "SLURM_LOCALID"
 tasks_per_node_var: "SLURM_STEP_TASKS_PER_NODE"
 ntasks_pattern: "[0-9]+"

@@ -180,14 +180,28 @@ def pyxis_options(image: str) -> str:
 # podman_hpc/siteconfig.py, read 2026-11-29; NERSC's own page was not among the stored copies
 # read that day) runs `podman run` with the site's storage, hooks and modules (--gpu: the
 # node's NVIDIA libraries and devices), the image from a squashed or additional image store.
-PODMAN_VARIABLE = "dask_hpc_podman"  # the job's private directory: image store, rank script
+PODMAN_VARIABLE = "dask_hpc_podman"
+# A directory of podman's removed (the job's store, a rank's storage): first what podman left
+# mounted in it as root (its overlay driver's own mount of graph/overlay when two podman
+# processes ended together, squashfuse's of a migrated layer: seen on scancel), innermost first;
+# rootless podman's mounts are in its user namespace's mount table, gone with its pause process;
+# then what rootless podman wrote as another id, with `podman-hpc unshare`.
+PODMAN_REMOVE = """\
+dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipefail)
+  [ "$(id -u)" != 0 ] || grep -F " $1/" /proc/self/mounts | cut -d" " -f2 | sort -r |
+    xargs -r umount 2>/dev/null || true
+  rm -rf -- "$1" 2>/dev/null || podman-hpc unshare rm -rf -- "$1"
+}"""  # the job's private directory: image store, rank script
 PODMAN_STORE = """\
-# podman-hpc: the image checked above, loaded once into this job's own image store (a new
-# directory of a random name in the working directory, which every node sees, yours alone),
-# removed when the job ends; each rank runs it from there (podman's additional image store,
-# read-only) with podman storage of its own in its node's /tmp (podman takes a run root of 50
+# podman-hpc: the image checked above, loaded once into this job's own store (a new directory
+# of a random name in the working directory, which every node sees, yours alone) and migrated
+# there as NERSC asks of an image that many nodes run (`podman-hpc migrate`: its layers squashed,
+# one file each, which each node mounts read-only with squashfuse), the loaded copy removed; the
+# store removed when the job ends. Each rank runs the image from there (podman's additional
+# image store) with podman storage of its own in its node's /tmp (podman takes a run root of 50
 # characters at most; a new directory of a random name, never podman-hpc's default /tmp/UID_hpc,
 # a name another user of the node can make first), removed after it
+@{remove}
 command -v podman-hpc >/dev/null || dask_hpc_refuse "podman-hpc not found on $(hostname);" \\
   "load the site's podman-hpc module, or use a runtime of the site's (--runtime)"
 dask_hpc_at=$PWD  # where the store is made: nobody else may rename what is in it
@@ -200,9 +214,7 @@ while :; do
   dask_hpc_at=$(dirname -- "$dask_hpc_at")
 done
 dask_hpc_podman=$(mktemp -d "$PWD/.dask-hpc-podman_XXXXXX")
-dask_hpc_podman_clean() {  # what rootless podman wrote as another id, then the rest
-  rm -rf -- "$dask_hpc_podman" 2>/dev/null || podman-hpc unshare rm -rf -- "$dask_hpc_podman"
-}
+dask_hpc_podman_clean() { dask_hpc_podman_rm "$dask_hpc_podman"; }
 trap dask_hpc_podman_clean EXIT  # (and after rank 0's exit status: batch.launch)
 # scancel and the walltime's end signal this script too (SIGTERM, then SIGKILL after KillWait):
 # bash runs this trap once srun has returned, when the ranks' containers have stopped and let go
@@ -210,27 +222,36 @@ trap dask_hpc_podman_clean EXIT  # (and after rank 0's exit status: batch.launch
 trap 'exit 143' TERM
 export USER="${USER:-$(id -un)}"  # podman-hpc's own name for the user's storage
 dask_hpc_podman_run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX)
-dask_hpc_podman_id=$(TMPDIR="$dask_hpc_podman_run" PODMANHPC_GRAPH_ROOT="$dask_hpc_podman/store" \\
-  PODMANHPC_RUN_ROOT="$dask_hpc_podman_run" PODMANHPC_CONFIG_HOME="$dask_hpc_podman/config" \\
-  SQUASH_DIR="$dask_hpc_podman/squash" podman-hpc load -q -i "$dask_hpc_image" 2>&1) ||
-  dask_hpc_podman_id="failed: $dask_hpc_podman_id"
+dask_hpc_podman_hpc() {  # podman-hpc ARGS... on the job's store, podman's run root on this node
+  TMPDIR="$dask_hpc_podman_run" PODMANHPC_GRAPH_ROOT="$dask_hpc_podman/load" \\
+    PODMANHPC_RUN_ROOT="$dask_hpc_podman_run" PODMANHPC_CONFIG_HOME="$dask_hpc_podman/config" \\
+    SQUASH_DIR="$dask_hpc_podman/squash" podman-hpc "$@"
+}
+dask_hpc_why=$(dask_hpc_podman_hpc load -q -i "$dask_hpc_image" 2>&1) &&
+  dask_hpc_podman_id=${dask_hpc_why##*sha256:} || dask_hpc_podman_id=""
+case $dask_hpc_podman_id in
+  *[!0-9a-f]*|'') dask_hpc_why="podman-hpc could not load image $dask_hpc_image: $dask_hpc_why" ;;
+  *) # podman-hpc 1.1.4's migrate needs the image named, and exits 0 when it fails: the
+     # squashed store's list of images says whether it did
+    dask_hpc_why=$(dask_hpc_podman_hpc tag "$dask_hpc_podman_id" localhost/dask-hpc-job 2>&1 &&
+      dask_hpc_podman_hpc migrate "$dask_hpc_podman_id" 2>&1) || true
+    if grep -qsF "$dask_hpc_podman_id" "$dask_hpc_podman/squash/overlay-images/images.json"
+    then dask_hpc_why=""
+    else dask_hpc_why="podman-hpc could not migrate image $dask_hpc_image: ${dask_hpc_why:-?}"
+    fi ;;
+esac
 dask_hpc_pause=$(cat "$dask_hpc_podman_run"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) &&
   kill "$dask_hpc_pause" 2>/dev/null  # rootless podman's, as each rank's (below)
+dask_hpc_podman_rm "$dask_hpc_podman/load"
 rm -rf -- "$dask_hpc_podman_run"
-case $dask_hpc_podman_id in
-  failed:*) dask_hpc_refuse "podman-hpc could not load image $dask_hpc_image:" \\
-    "${dask_hpc_podman_id#failed: }" ;;
-esac
-dask_hpc_podman_id=${dask_hpc_podman_id##*sha256:}
-case $dask_hpc_podman_id in
-  *[!0-9a-f]*|'') dask_hpc_refuse "podman-hpc loaded image $dask_hpc_image as no image ID" ;;
-esac
+[ -z "$dask_hpc_why" ] || dask_hpc_refuse "$(printf %s "$dask_hpc_why" | tr '\\n' ' ')"
 cat >"$dask_hpc_podman/rank" <<'DASK_HPC_RANK'
 # One rank: IMAGE-ID MOUNTS ARGV... in podman-hpc, its storage private on this node.
 set -u
 image=$1 mounts=$2 job=$(dirname -- "$0")
 shift 2
 store=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || exit 1
+@{remove}
 volumes=() && IFS=, read -ra pairs <<<"$mounts"
 for pair in "${pairs[@]}"; do volumes+=(-v "$pair"); done
 # rootless with subordinate ids: the user as the user inside (podman refuses keep-id without)
@@ -239,7 +260,7 @@ keep=() && [ "$(id -u)" = 0 ] || ! grep -qs "^$(id -un):\\|^$(id -u):" /etc/subu
 # TMPDIR: where rootless podman keeps its runtime directory and pause process's pid, this
 # rank's too (podman-hpc drops XDG_RUNTIME_DIR)
 export TMPDIR=$store PODMANHPC_GRAPH_ROOT=$store/graph PODMANHPC_RUN_ROOT=$store/run \\
-  PODMANHPC_CONFIG_HOME=$store/config SQUASH_DIR=$job/store
+  PODMANHPC_CONFIG_HOME=$store/config SQUASH_DIR=$job/squash
 podman-hpc run --name=dask-hpc-rank @{options} "${keep[@]}" "${volumes[@]}" -w "$PWD" \\
   -- "$image" "$@" &  # podman-hpc (click) takes the first --, start-cluster the next
 pid=$!
@@ -257,12 +278,7 @@ done
 for _ in $(seq 300); do pgrep -f -- "$store" >/dev/null || break; sleep 0.1; done
 # rootless podman's pause process (it holds the user namespace), where it is this rank's own
 pause=$(cat "$store"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pause" 2>/dev/null
-# what podman left mounted in it as root (its overlay driver's own mount of graph/overlay, when
-# two podman processes ended together: seen on scancel), innermost first; rootless podman's
-# mounts are in its user namespace's mount table, gone with the pause process
-[ "$(id -u)" != 0 ] || grep -F " $store/" /proc/self/mounts | cut -d" " -f2 | sort -r |
-  xargs -r umount 2>/dev/null
-rm -rf -- "$store" 2>/dev/null || podman-hpc unshare rm -rf -- "$store"
+dask_hpc_podman_rm "$store"
 exit "$status"
 DASK_HPC_RANK"""
 
@@ -292,7 +308,7 @@ def podman_lines(gpu: bool) -> list[str]:
     from .templating import Template
 
     options = " ".join([*PODMAN_OPTIONS, *(["--gpu"] if gpu else [])])
-    return Template(PODMAN_STORE).substitute(options=options).split("\n")
+    return Template(PODMAN_STORE).substitute(options=options, remove=PODMAN_REMOVE).split("\n")
 
 
 def podman_command(argv: str) -> str:
