@@ -49,3 +49,25 @@ def short_root() -> Path:
     must fit 108 bytes, which a pytest-xdist worker's tmp_path and a test's name overrun
     ("Unix socket path ... is too long. (110 > 108)": the batch job never starts)."""
     return Path(tempfile.mkdtemp(prefix="dhp-slurm-"))
+
+
+def two_cpu_ranks(site: str, image: str, scheduler: Path, code: str) -> str:
+    """The site's job script: one node, two CPU ranks in the site's runtime, COMMAND ``python
+    -c code``; the host's ``/usr``, this Python and the checkout mounted where a site image has
+    them in itself."""
+    from dask_hpc.batch import script
+
+    return script.render(
+        script.JobRequest(
+            site=site,
+            nodes=1,
+            workers_per_node=2,
+            worker_type="cpu",
+            cpus_per_worker=1,
+            walltime="5",
+            image=image,
+            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],
+            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
+            command=["python", "-c", code],
+        )
+    )

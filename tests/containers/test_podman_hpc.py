@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 import pytest
-from containers_support import PYTHON_PREFIX, REPO, short_root, tiny_sif
+from containers_support import PYTHON_PREFIX, short_root, tiny_sif, two_cpu_ranks
 from harness.slurm import SlurmCluster
 from harness.waiting import wait_for
 from podman_support import need_podman, podman_env, podman_processes, rank_stores
@@ -58,20 +58,7 @@ def two_ranks_job(archive: Path, tmp_path: Path, code: str) -> str:
     scheduler = tmp_path / "sched"
     for d in (tmp_path / "job", scheduler):
         d.mkdir(mode=0o700)
-    return script.render(
-        script.JobRequest(
-            site="perlmutter",
-            nodes=1,
-            workers_per_node=2,
-            worker_type="cpu",
-            cpus_per_worker=1,
-            walltime="5",
-            image=str(archive),
-            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],  # what a site image holds itself
-            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
-            command=["python", "-c", code],
-        )
-    )
+    return two_cpu_ranks("perlmutter", str(archive), scheduler, code)
 
 
 def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(

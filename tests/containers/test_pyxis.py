@@ -21,7 +21,14 @@ import time
 from pathlib import Path
 
 import pytest
-from containers_support import ENROOT, PYTHON_PREFIX, REPO, need_enroot, short_root, tiny_sif
+from containers_support import (
+    ENROOT,
+    PYTHON_PREFIX,
+    need_enroot,
+    short_root,
+    tiny_sif,
+    two_cpu_ranks,
+)
 from harness.slurm import SlurmCluster
 
 from dask_hpc import images_enroot
@@ -80,20 +87,7 @@ def test_a_deepops_job_runs_its_cluster_under_pyxis(
         "print('SUM', c.submit(sum, [20, 22]).result(), "
         "len(c.sync(c.scheduler.identity)['workers']))"
     )
-    text = script.render(
-        script.JobRequest(
-            site="deepops",
-            nodes=1,
-            workers_per_node=2,
-            worker_type="cpu",
-            cpus_per_worker=1,
-            walltime="5",
-            image=str(sqsh.with_suffix("")) + ".sqsh",
-            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],  # what a site image holds itself
-            env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
-            command=["python", "-c", code],
-        )
-    )
+    text = two_cpu_ranks("deepops", str(sqsh.with_suffix("")) + ".sqsh", scheduler, code)
     launch = text.strip().splitlines()[-1]
     assert launch.startswith("srun ") and '--container-image="$dask_hpc_image"' in launch
     assert "--no-container-remap-root" in launch and "apptainer" not in launch
