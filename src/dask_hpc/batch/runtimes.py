@@ -180,6 +180,9 @@ def pyxis_options(image: str) -> str:
 # podman_hpc/siteconfig.py, read 2026-11-29; NERSC's own page was not among the stored copies
 # read that day) runs `podman run` with the site's storage, hooks and modules (--gpu: the
 # node's NVIDIA libraries and devices), the image from a squashed or additional image store.
+# Squashed for many nodes: NERSC and Red Hat, "HPC containers at scale using Podman"
+# (opensource.com/article/23/1/hpc-containers-scale-using-podman, read 2026-11-29) pull, make
+# "a squashed version of the image using podman-hpc", then run it on 900 nodes.
 PODMAN_VARIABLE = "dask_hpc_podman"
 # A directory of podman's removed (the job's store, a rank's storage): first what podman left
 # mounted in it as root (its overlay driver's own mount of graph/overlay when two podman
@@ -195,7 +198,7 @@ dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipef
 PODMAN_STORE = """\
 # podman-hpc: the image checked above, loaded once into this job's own store (a new directory
 # of a random name in the working directory, which every node sees, yours alone) and migrated
-# there as NERSC asks of an image that many nodes run (`podman-hpc migrate`: its layers squashed,
+# there as NERSC squashes an image that many nodes run (`podman-hpc migrate`: its layers squashed,
 # one file each, which each node mounts read-only with squashfuse), the loaded copy removed; the
 # store removed when the job ends. Each rank runs the image from there (podman's additional
 # image store) with podman storage of its own in its node's /tmp (podman takes a run root of 50
