@@ -183,7 +183,7 @@ def pyxis_options(image: str) -> str:
 # Squashed for many nodes: NERSC and Red Hat, "HPC containers at scale using Podman"
 # (opensource.com/article/23/1/hpc-containers-scale-using-podman, read 2026-11-29) pull, make
 # "a squashed version of the image using podman-hpc", then run it on 900 nodes.
-PODMAN_VARIABLE = "dask_hpc_podman"
+PODMAN_VARIABLE = "dask_hpc_podman"  # the job's private directory: image store, rank script
 # A directory of podman's removed (the job's store, a rank's storage): first what podman left
 # mounted in it as root (its overlay driver's own mount of graph/overlay when two podman
 # processes ended together, squashfuse's of a migrated layer: seen on scancel), innermost first;
@@ -194,7 +194,7 @@ dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipef
   [ "$(id -u)" != 0 ] || grep -F " $1/" /proc/self/mounts | cut -d" " -f2 | sort -r |
     xargs -r umount 2>/dev/null || true
   rm -rf -- "$1" 2>/dev/null || podman-hpc unshare rm -rf -- "$1"
-}"""  # the job's private directory: image store, rank script
+}"""
 PODMAN_STORE = """\
 # podman-hpc: the image checked above, loaded once into this job's own store (a new directory
 # of a random name in the working directory, which every node sees, yours alone) and migrated
