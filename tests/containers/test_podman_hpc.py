@@ -43,7 +43,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("tests/containers/test_
 def perlmutter_slurm(tmp_path: Path):  # noqa: ANN201
     """A one-node private Slurm with Perlmutter's --constraint=gpu feature."""
     need_podman()
-    cluster = SlurmCluster(short_root(), nodes=1, cpus=4, features="gpu")
+    # KillWait as Slurm's default (30 s), not the harness's 5 s: a rank's stop and cleanup after
+    # scancel took longer than 5 s under CI's load (its storage was left when SIGKILL came)
+    cluster = SlurmCluster(short_root(), nodes=1, cpus=4, features="gpu", kill_wait=30)
     cluster.start()
     try:
         yield cluster
