@@ -4,6 +4,7 @@ builds, and a small SIF (a full site image is the 454 s ``local_image``)."""
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from harness.slurm import SlurmCluster
 
 CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
 ENROOT = CACHE / "enroot-4.1.2"
@@ -27,8 +29,28 @@ def need_enroot() -> None:
         pytest.fail("apptainer missing: run tests/setup/install.sh")
 
 
-def tiny_sif(where: Path) -> Path:
-    """A SIF of a merged-/usr skeleton whose %environment puts this Python first on PATH."""
+def user_home(shared: Path, user: pwd.struct_passwd) -> Path:
+    """The second user's directory in ``shared`` (0700, theirs), with ``sched`` in it."""
+    home = shared / "user"
+    for path in (home, home / "sched"):
+        path.mkdir(mode=0o700)
+        os.chown(path, user.pw_uid, user.pw_gid)
+    return home
+
+
+def submit_as(cluster: SlurmCluster, user: pwd.struct_passwd, script: Path, env: dict) -> str:
+    """``sbatch`` of ``script`` as ``user`` (the job's output beside it, ``job.out``); its id."""
+    argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
+    argv += ["sbatch", "--parsable", f"--output={script.parent / 'job.out'}", str(script)]
+    cluster.root.chmod(0o755)  # the user's sbatch reads slurm.conf
+    ran = cluster.run(argv, env=env, cwd=script.parent, timeout=30)
+    assert ran.returncode == 0, ran
+    return ran.stdout.strip().split(";")[0]
+
+
+def tiny_sif(where: Path, python: Path = PYTHON_PREFIX, pythonpath: str = "") -> Path:
+    """A SIF of a merged-/usr skeleton whose %environment puts ``python`` (this one) first on
+    PATH and ``pythonpath``, if any, on PYTHONPATH."""
     rootfs = where / "rootfs"
     for sub in ("etc", "usr", "proc", "sys", "dev", "tmp", "run", "root", "var"):
         (rootfs / sub).mkdir(parents=True)
@@ -36,7 +58,10 @@ def tiny_sif(where: Path) -> Path:
         (rootfs / link).symlink_to(f"usr/{link}")
     env = rootfs / ".singularity.d" / "env"
     env.mkdir(parents=True)
-    (env / "90-environment.sh").write_text(f"export PATH={PYTHON_PREFIX}/bin:$PATH\n")
+    exports = f"export PATH={python}/bin:$PATH\n"
+    (env / "90-environment.sh").write_text(
+        exports + (f"export PYTHONPATH={pythonpath}\n" if pythonpath else "")
+    )
     sif = where / "dask-hpc-deepops.sif"
     subprocess.run(
         ["apptainer", "build", "-F", str(sif), str(rootfs)], check=True, capture_output=True
@@ -51,10 +76,12 @@ def short_root() -> Path:
     return Path(tempfile.mkdtemp(prefix="dhp-slurm-"))
 
 
-def two_cpu_ranks(site: str, image: str, scheduler: Path, code: str) -> str:
+def two_cpu_ranks(
+    site: str, image: str, scheduler: Path, code: str, python: Path = PYTHON_PREFIX
+) -> str:
     """The site's job script: one node, two CPU ranks in the site's runtime, COMMAND ``python
-    -c code``; the host's ``/usr``, this Python and the checkout mounted where a site image has
-    them in itself."""
+    -c code``; the host's ``/usr``, ``python`` (this one) and the checkout mounted where a site
+    image has them in itself."""
     from dask_hpc.batch import script
 
     return script.render(
@@ -66,7 +93,7 @@ def two_cpu_ranks(site: str, image: str, scheduler: Path, code: str) -> str:
             cpus_per_worker=1,
             walltime="5",
             image=image,
-            binds=["/usr", str(PYTHON_PREFIX), str(REPO)],
+            binds=["/usr", str(python), str(REPO)],
             env={"DASK_HPC__SCHEDULER_DIRECTORY": str(scheduler)},
             command=["python", "-c", code],
         )

@@ -11,13 +11,18 @@ podman's defaults meet, each shown by the exact refusal (podman 4.3.1, as root):
   crun: setrlimit `RLIMIT_NOFILE`: Operation not permitted``; podman lowers its own NPROC to
   kernel.pid_max, 32768, below the shell's 96365: ``setrlimit `RLIMIT_NPROC`: Operation not
   permitted``): ``default_ulimits`` ask what the node allows.
-- /dev/fuse is root's alone (``crw------- root root``), so the second user's rootless podman
-  cannot run fuse-overlayfs, podman-hpc's mount program: ``fuse: failed to open /dev/fuse:
-  Permission denied`` (podman: ``using mount program .../fuse-overlayfs-wrap: <stderr empty>:
-  exit status 1``); ``podman-hpc import`` and ``load`` run as that user, ``run`` does not.
+- no udev: /dev/fuse and /dev/net/tun were root's alone (``crw------- root root``), so the
+  second user's rootless podman could not run fuse-overlayfs, podman-hpc's mount program
+  (``fuse: failed to open /dev/fuse: Permission denied``), nor ``migrate`` its container's
+  network (slirp4netns: ``open("/dev/net/tun"): Permission denied``). tests/setup/podman.sh
+  gives them udev's default mode, 0666, as on any node with udev.
 
-None is a refusal of the kernel's: the jobs run podman-hpc for real, as root, with the node's
-configuration below; nothing is emulated.
+And one that a site's node has and Debian's package lacks: /etc/containers/storage.conf. With
+none, rootless podman takes the vfs driver, which refuses podman-hpc's mount program (``vfs
+driver does not support mount_program options``): the node's storage.conf names overlay.
+
+None is a refusal of the kernel's: the jobs run podman-hpc for real, as root and as the second
+user (rootless, with subordinate ids), with the node's configuration below; nothing is emulated.
 """
 
 from __future__ import annotations
@@ -41,6 +46,9 @@ def need_podman() -> None:
     for tool in ("podman", "runc", "catatonit", "apptainer"):
         if shutil.which(tool) is None:
             pytest.fail(f"{tool} missing: run tests/setup/podman.sh (tests/setup/install.sh)")
+    for device in ("/dev/fuse", "/dev/net/tun"):
+        if os.stat(device).st_mode & 0o777 != 0o666:
+            pytest.fail(f"{device} is not 0666 as udev makes it: run tests/setup/podman.sh")
 
 
 def node_config(where: Path) -> Path:
@@ -56,6 +64,12 @@ def node_config(where: Path) -> Path:
         f'default_ulimits = ["nofile={nofile}:{nofile}", "nproc={nproc}:{nproc}"]\n'
         '[engine]\nruntime = "runc"\n'
     )
+    (where / "storage.conf").write_text(  # containers-storage's defaults, and the driver
+        '[storage]\ndriver = "overlay"\nrunroot = "/run/containers/storage"\n'
+        'graphroot = "/var/lib/containers/storage"\n'
+    )
+    for path in (conf, where / "storage.conf"):
+        path.chmod(0o644)  # as /etc/containers: every user reads it
     return conf
 
 
@@ -66,6 +80,7 @@ def podman_env(where: Path) -> dict[str, str]:
         "PATH": f"{PODMAN_HPC / 'venv' / 'bin'}:{os.environ['PATH']}",
         "PODMANHPC_CONFIG_FILE": str(PODMAN_HPC / "podman_hpc.yaml"),
         "CONTAINERS_CONF": str(node_config(where)),
+        "CONTAINERS_STORAGE_CONF": str(where / "storage.conf"),
         "USER": os.environ.get("USER") or "root",
     }
 

@@ -26,7 +26,16 @@ import time
 from pathlib import Path
 
 import pytest
-from containers_support import PYTHON_PREFIX, short_root, tiny_sif, two_cpu_ranks
+from containers_support import (
+    PYTHON_PREFIX,
+    REPO,
+    short_root,
+    submit_as,
+    tiny_sif,
+    two_cpu_ranks,
+    user_home,
+)
+from harness.neighbour import USER_PYTHON, runs_user_python
 from harness.slurm import SlurmCluster
 from harness.waiting import wait_for
 from podman_support import need_podman, podman_env, podman_processes, rank_stores
@@ -86,8 +95,8 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
         "import glob, os, stat; from dask.distributed import Client; c = Client(); "
         "print('IN', os.environ.get('container'), os.environ['PATH'].split(':')[0]); "
         "print('RO', not os.access('/', os.W_OK)); "
-        "p = glob.glob(os.path.abspath('.dask-hpc-podman_*')) + "
-        "glob.glob('/tmp/dask-hpc-podman_*'); s = [os.stat(d) for d in p]; "
+        "p = glob.glob(os.path.abspath('.dask-hpc-podman_*')) + ['/tmp']; "
+        "s = [os.stat(d) for d in p]; "
         "[print('STORE', d, oct(stat.S_IMODE(x.st_mode)), x.st_uid) for d, x in zip(p, s)]; "
         "j = glob.glob('.dask-hpc-podman_*')[0]; "
         "print('MIGRATED', len(glob.glob(j + '/squash/overlay/l/*.squash')), "
@@ -112,11 +121,11 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     # podman-hpc migrate: the image's one layer squashed into the job's store, which the ranks
     # ran from; the loaded copy gone before they started
     assert "MIGRATED 1 False" in output, output
-    # the job's store and the two ranks' storage, while COMMAND ran: 0700, the user's
+    # the job's store while COMMAND ran, and the rank's /tmp (its local directory, a directory
+    # of its own storage, not the node's /tmp): 0700, the user's
     stores = [line.split()[1:] for line in output.splitlines() if line.startswith("STORE ")]
-    stores = [s for s in stores if s[0] not in before]
-    assert len(stores) == 3 and {(m, u) for _, m, u in stores} == {("0o700", str(os.getuid()))}
-    paths = [path for path, _, _ in stores]
+    assert len(stores) == 2 and {(m, u) for _, m, u in stores} == {("0o700", str(os.getuid()))}
+    paths = [path for path, _, _ in stores if path != "/tmp"]
     assert "Traceback" not in output, output
     assert f"Loaded image: sha256:{image_id}" not in output  # load's words stay in the job
     assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
@@ -126,6 +135,48 @@ def test_a_perlmutter_job_runs_its_cluster_under_podman_hpc(
     # no podman, conmon, fuse-overlayfs, rank script (the daemons of the test's Slurm stay)
     assert podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == []
     print(f"OCI archive from SIF, twice: {converted:.1f} s; job: {time.monotonic() - t0:.1f} s")
+
+
+def test_a_second_users_job_runs_its_cluster_under_rootless_podman_hpc(
+    perlmutter_slurm: SlurmCluster, tagged_env: dict[str, str], shared: Path
+) -> None:
+    """The Perlmutter job of a user who is not root, as NERSC's users run podman-hpc: rootless,
+    with subordinate ids. The image loaded, migrated and run in that user's own user namespace,
+    COMMAND's sum read back, nothing of the job left. Each rank's local directory is its own:
+    inside a rootless container the node's /tmp shows the overflow id (65534), which
+    start-cluster cannot tell from another user's and refused (before, the job mounted it)."""
+    user = runs_user_python()
+    images = shared / "images"
+    images.mkdir(mode=0o755)
+    sif = tiny_sif(images, python=USER_PYTHON, pythonpath=str(REPO / "src"))
+    archive = images_podman.convert(sif, images / "dask-hpc-perlmutter.oci.tar")
+    home = user_home(shared, user)
+    code = (  # in the container: the user's id there, its /tmp and the node's /usr; the sum
+        "import os; from dask.distributed import Client; c = Client(); "
+        "t, u = os.stat('/tmp'), os.stat('/usr'); "
+        "print('IN', os.getuid(), oct(t.st_mode & 0o777), t.st_uid, u.st_uid); "
+        "print('SUM', c.submit(sum, [20, 22]).result(), "
+        "len(c.sync(c.scheduler.identity)['workers']))"
+    )
+    text = two_cpu_ranks("perlmutter", str(archive), home / "sched", code, python=USER_PYTHON)
+    (home / "job.sh").write_text(text)
+    env = {**tagged_env, **podman_env(shared), "USER": user.pw_name, "HOME": str(home)}
+    before = rank_stores()
+    job = submit_as(perlmutter_slurm, user, home / "job.sh", env)
+    state = perlmutter_slurm.wait_job(job, timeout=180)
+    out = home / "job.out"
+    output = out.read_text(errors="replace") if out.exists() else "(no output)"
+    assert state == ("COMPLETED", 0), output + perlmutter_slurm.log("node1")[-3000:]
+    assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user
+    # root in the user's own namespace; /tmp the rank's own (0700, the user's: 0 there); the
+    # node's /usr, root's, shows the overflow id
+    assert "IN 0 0o700 0 65534" in output, output
+    assert "SUM 42 2" in output, output
+    assert "Traceback" not in output, output
+    assert not list(home.glob(".dask-hpc-podman_*")), list(home.iterdir())
+    assert rank_stores() - before == set()  # no rank storage, nor a mount in it
+    assert str(home) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
+    assert podman_processes(str(home), "/tmp/dask-hpc-podman_") == []
 
 
 def test_a_cancelled_job_leaves_no_container_mount_or_store(
@@ -203,22 +254,22 @@ def test_a_working_directory_others_can_write_is_refused_before_the_store(
             env={"DASK_HPC__SCHEDULER_DIRECTORY": str(tmp_path)},
         )
     )  # fmt: skip
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)
+    open_dir = tmp_path / "shared"
+    open_dir.mkdir()
+    open_dir.chmod(0o777)
     setup = text.rstrip().rsplit("\n", 1)[0]  # all but the launch line: no Slurm needed
     ran = subprocess.run(
         ["bash", "-c", setup],
-        cwd=shared,
+        cwd=open_dir,
         env={**os.environ, **podman_env(tmp_path)},
         capture_output=True,
         text=True,
         check=False,
     )
     assert ran.returncode == 2 and ran.stderr.count("\n") == 1, ran
-    assert f"working directory {shared}: {shared} can be written by other users" in ran.stderr
+    assert f"working directory {open_dir}: {open_dir} can be written by other users" in ran.stderr
     assert "submit from a directory only you can write ($SCRATCH)" in ran.stderr, ran.stderr
-    assert list(shared.iterdir()) == []  # no store made
+    assert list(open_dir.iterdir()) == []  # no store made
 
 
 def test_an_image_podman_hpc_cannot_migrate_is_refused_in_one_line(tmp_path: Path) -> None:

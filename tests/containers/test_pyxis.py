@@ -15,20 +15,27 @@ has them in itself. This kernel runs every step (unprivileged user namespaces: E
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from containers_support import (
     ENROOT,
     PYTHON_PREFIX,
+    REPO,
     need_enroot,
     short_root,
+    submit_as,
     tiny_sif,
     two_cpu_ranks,
+    user_home,
 )
+from harness.neighbour import USER_PYTHON, runs_user_python
 from harness.slurm import SlurmCluster
 
 from dask_hpc import images_enroot
@@ -36,16 +43,18 @@ from dask_hpc.batch import script
 
 pytestmark = pytest.mark.slurm
 
-@pytest.fixture
-def pyxis_slurm(tmp_path: Path):  # noqa: ANN201
-    """A one-node private Slurm with Pyxis in its plugstack.conf, Enroot on slurmd's PATH."""
+
+@contextmanager
+def pyxis_cluster(runtime: Path) -> Iterator[SlurmCluster]:
+    """A one-node private Slurm with Pyxis in its plugstack.conf (its runtime directory
+    ``runtime``), Enroot on slurmd's PATH."""
     need_enroot()
     plugin = ENROOT / "pyxis" / "spank_pyxis.so"
     cluster = SlurmCluster(
         short_root(),
         nodes=1,
         cpus=4,
-        plugstack=f"required {plugin} runtime_path={tmp_path / 'pyxis'}",
+        plugstack=f"required {plugin} runtime_path={runtime}",
         daemon_env={"PATH": f"{ENROOT / 'bin'}:/usr/sbin:/usr/bin:/sbin:/bin"},
     )
     cluster.start()
@@ -54,6 +63,13 @@ def pyxis_slurm(tmp_path: Path):  # noqa: ANN201
     finally:
         cluster.stop()  # raises if a daemon survives
         shutil.rmtree(cluster.root, ignore_errors=True)
+
+
+@pytest.fixture
+def pyxis_slurm(tmp_path: Path) -> Iterator[SlurmCluster]:
+    """:func:`pyxis_cluster`, its runtime directory in the test's own."""
+    with pyxis_cluster(tmp_path / "pyxis") as cluster:
+        yield cluster
 
 
 def test_a_deepops_job_runs_its_cluster_under_pyxis(
@@ -116,6 +132,55 @@ def test_a_deepops_job_runs_its_cluster_under_pyxis(
         assert made.stat().st_mode & 0o777 == 0o700, made
     assert not list((xdg / "data" / "enroot").iterdir())  # the container's rootfs removed
     print(f"squashfs from SIF: {converted:.1f} s; job: {time.monotonic() - t0 - converted:.1f} s")
+
+
+def test_a_second_users_job_runs_its_cluster_under_pyxis(
+    tagged_env: dict[str, str], shared: Path
+) -> None:
+    """The DeepOps job of a user who is not root: Enroot maps that user alone, so the node's
+    /tmp, which the job mounts as the ranks' local directory, shows the overflow id (nobody)
+    inside. start-cluster takes the node's own sticky /tmp as root's there
+    (``guard.namespaces``): before, every such job stopped, "local directory /tmp belongs to
+    nobody". Two workers, COMMAND's sum, as the user, the container removed after."""
+    user = runs_user_python()
+    images = shared / "images"
+    images.mkdir(mode=0o755)
+    sqsh = images_enroot.convert(tiny_sif(images, python=USER_PYTHON, pythonpath=str(REPO / "src")))
+    home = user_home(shared, user)
+    xdg = home / "xdg"
+    xdg.mkdir(mode=0o700)
+    os.chown(xdg, user.pw_uid, user.pw_gid)
+    code = (  # in the container: the user's id, the node's /tmp as it shows there; the sum
+        "import os; from dask.distributed import Client; c = Client(); t = os.stat('/tmp'); "
+        "print('IN', os.getuid(), oct(t.st_mode & 0o7777), t.st_uid); "
+        "print('SUM', c.submit(sum, [20, 22]).result(), "
+        "len(c.sync(c.scheduler.identity)['workers']))"
+    )
+    text = two_cpu_ranks("deepops", str(sqsh), home / "sched", code, python=USER_PYTHON)
+    (home / "job.sh").write_text(text)
+    runtime = shared / "pyxis"
+    runtime.mkdir(mode=0o755)
+    with pyxis_cluster(runtime) as cluster:
+        env = {
+            **tagged_env,
+            **cluster.env,
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "USER": user.pw_name,
+            "HOME": str(home),
+            "XDG_DATA_HOME": str(xdg / "data"),
+            "XDG_CACHE_HOME": str(xdg / "cache"),
+            "XDG_RUNTIME_DIR": str(xdg / "run"),
+        }
+        job = submit_as(cluster, user, home / "job.sh", env)
+        state = cluster.wait_job(job, timeout=180)
+        out = home / "job.out"
+        output = out.read_text(errors="replace") if out.exists() else "(no output)"
+        assert state == ("COMPLETED", 0), output + cluster.log("node1")[-3000:]
+    assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user
+    assert f"IN {user.pw_uid} 0o1777 65534" in output, output  # the node's /tmp, as nobody's
+    assert "SUM 42 2" in output, output
+    assert "Traceback" not in output and "belongs to nobody, who" not in output, output
+    assert not list((xdg / "data" / "enroot").iterdir())  # the container's rootfs removed
 
 
 def test_a_sif_named_for_pyxis_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ from typing import Any
 import pytest
 
 NAME = "dask-hpc-intruder"
+# The Python that user runs in its own jobs and namespaces (tests/setup/user_python.sh)
+USER_PYTHON = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests")) / "user-python"
+REPO = Path(__file__).resolve().parents[2]
 
 
 def account() -> pwd.struct_passwd:
@@ -42,6 +45,17 @@ def account() -> pwd.struct_passwd:
         return pwd.getpwnam(NAME)
     except KeyError:
         pytest.fail(f"no user {NAME}: run tests/setup/users.sh (as root)", pytrace=False)
+
+
+def runs_user_python() -> pwd.struct_passwd:
+    """The other user's account, which must run USER_PYTHON and reach the checkout (its
+    ``src`` on that Python's path): fails (never skips) where it cannot."""
+    if not (USER_PYTHON / "bin" / "start-cluster").exists():
+        pytest.fail(f"{USER_PYTHON} missing: run tests/setup/user_python.sh (install.sh)")
+    closed = [p for p in (REPO, *REPO.parents) if not os.stat(p).st_mode & 0o005]
+    if closed:
+        pytest.fail(f"{closed}: the other user cannot reach the checkout {REPO}")
+    return account()
 
 
 def _become(user: pwd.struct_passwd) -> None:

@@ -24,7 +24,7 @@ done
 logs="$(mktemp -d)"
 trap 'rm -rf "$logs"' EXIT
 # ansible.sh's pip needs python.sh's done; flux.sh builds Flux once per machine (cached)
-side_by_side=(dpnp newest_dask slurm apptainer ansible flux enroot podman)
+side_by_side=(dpnp newest_dask slurm apptainer ansible flux enroot podman user_python)
 declare -A pids
 for part in "${side_by_side[@]}"; do
   ( t=$SECONDS; bash "$here/$part.sh"; echo "== tests/setup/$part.sh: $((SECONDS - t)) s" ) \

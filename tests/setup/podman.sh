@@ -76,6 +76,16 @@ for path in "$CACHE" "$PREFIX" "$PREFIX/venv" "$PREFIX/venv/bin" "$PREFIX/venv/b
 done
 exec 9>"$CACHE/.podman-setup.lock"  # one install at a time
 flock 9
+
+# /dev/fuse and /dev/net/tun as every node with udev has them, 0666 (systemd's
+# rules.d/50-udev-default.rules: KERNEL=="fuse", MODE="0666" and KERNEL=="tun", MODE="0666", read
+# 2026-11-29): this VM has no udev, and left them root's alone, which refused a second user's
+# rootless podman-hpc its mount program ("fuse: failed to open /dev/fuse: Permission denied")
+# and `migrate` its container's network (slirp4netns: "open("/dev/net/tun"): Permission denied").
+for dev in /dev/fuse /dev/net/tun; do
+  [ "$(stat -c %a "$dev")" = 666 ] || { chmod 0666 "$dev" && step "chmod 0666 $dev, as udev"; }
+done
+
 podman_release="$(dpkg-query -W -f='${Version}' podman)"
 want="podman-hpc $VERSION $SHA256 podman $podman_release mksquashfs $SQUASHFS_VERSION"
 if [ -x "$PREFIX/venv/bin/podman-hpc" ] && [ -f "$PREFIX/podman_hpc.yaml" ] && [ -f "$STAMP" ] \

@@ -147,7 +147,7 @@ def mount_lines(site: Site, binds: Sequence[str], runtime: str = "pyxis") -> lis
         "dask_hpc_mount \"$PWD\" 'working directory'",
         f'dask_hpc_mount "${{{SCHEDULER_ENV}:-{_shell_text(scheduler)}}}" {shlex.quote(label)}',
     ]
-    if site.local_directory:
+    if site.local_directory and runtime != "podman-hpc":  # podman: each rank's own (below)
         label = f"local directory {site.local_directory} of the {site.name} profile"
         calls.append(f'dask_hpc_mount "{_shell_text(site.local_directory)}" {shlex.quote(label)}')
     for spec in binds:  # the cluster's directory, and the user's SRC[:DST[:ro]] (batch.binds)
@@ -257,14 +257,15 @@ store=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || exit 1
 @{remove}
 volumes=() && IFS=, read -ra pairs <<<"$mounts"
 for pair in "${pairs[@]}"; do volumes+=(-v "$pair"); done
-# rootless with subordinate ids: the user as the user inside (podman refuses keep-id without)
-keep=() && [ "$(id -u)" = 0 ] || ! grep -qs "^$(id -un):\\|^$(id -u):" /etc/subuid ||
-  keep=(--userns=keep-id)
+@{local}# Rootless, the user is root in a user namespace of its own (what it writes in the mounts is
+# the user's), not the user inside (--userns=keep-id): keep-id on a squashed image fails
+# ("creating /etc/mtab symlink: operation not supported", podman 4.3.1 and fuse-overlayfs 1.10
+# for a second user with subordinate ids)
 # TMPDIR: where rootless podman keeps its runtime directory and pause process's pid, this
 # rank's too (podman-hpc drops XDG_RUNTIME_DIR)
 export TMPDIR=$store PODMANHPC_GRAPH_ROOT=$store/graph PODMANHPC_RUN_ROOT=$store/run \\
   PODMANHPC_CONFIG_HOME=$store/config SQUASH_DIR=$job/squash
-podman-hpc run --name=dask-hpc-rank @{options} "${keep[@]}" "${volumes[@]}" -w "$PWD" \\
+podman-hpc run --name=dask-hpc-rank @{options} "${volumes[@]}" -w "$PWD" \\
   -- "$image" "$@" &  # podman-hpc (click) takes the first --, start-cluster the next
 pid=$!
 # srun's SIGTERM, to start-cluster in the container, by podman: SIGKILL after its budget to
@@ -304,14 +305,31 @@ PODMAN_OPTIONS = (
 )
 
 
-def podman_lines(gpu: bool) -> list[str]:
+# A rank's local directory (Dask's spill, the workers' own directories): a directory of the
+# rank's storage, mounted where the profile's local directory is, never the node's shared one
+# (/tmp). Rootless podman maps the user alone: inside, the node's /tmp and every directory of
+# root's show the kernel's overflow id (65534), which start-cluster's checks cannot tell from
+# another user's and refuse (measured: a rootless job of a second user, "local directory /tmp
+# belongs to uid 65534"); the rank's own directory is the user's, inside as outside.
+PODMAN_LOCAL = """\
+mkdir -m 700 "$store/local" || exit 1
+[ -z "@{directory}" ] || volumes+=(-v "$store/local:@{directory}")
+"""
+
+
+def podman_lines(gpu: bool, local_directory: str = "") -> list[str]:
     """The job's lines that load the checked image into its private store and write the rank
     script (``$dask_hpc_podman/rank``); ``gpu``: ``--gpu`` (NERSC's module: the node's NVIDIA
-    libraries and devices)."""
+    libraries and devices); ``local_directory``: the profile's, where each rank mounts its
+    own."""
     from .templating import Template
 
     options = " ".join([*PODMAN_OPTIONS, *(["--gpu"] if gpu else [])])
-    return Template(PODMAN_STORE).substitute(options=options, remove=PODMAN_REMOVE).split("\n")
+    local = Template(PODMAN_LOCAL).substitute(directory=_shell_text(local_directory))
+    text = Template(PODMAN_STORE).substitute(
+        options=options, remove=PODMAN_REMOVE, local=local if local_directory else ""
+    )
+    return text.split("\n")
 
 
 def podman_command(argv: str) -> str:

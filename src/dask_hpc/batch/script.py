@@ -208,6 +208,9 @@ def render(req: JobRequest) -> str:
     lines += directive(system.get("join_output"))  # the ready block beside the ranks' lines
     lines += [system["directive"].format(d) for d in (*own.batch_directives, *req.directives)]
     setup = [*own.batch_setup, *req.setup]
+    # the job's variables before the lines that read them (the ranks' mounts: a scheduler
+    # directory given as DASK_HPC__SCHEDULER_DIRECTORY)
+    setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
     binds: list[str] = []
     if image:  # settled once, before the launcher starts any rank (batch.image)
         runtimes.check_image(image, runtime, site)
@@ -222,11 +225,10 @@ def render(req: JobRequest) -> str:
         setup += binds
         if runtime == "pyxis":  # what Enroot's NVIDIA hook gives the container
             setup += runtimes.pyxis_gpu_lines(worker_type == "gpu")
-    setup += [f"export {k}={shlex.quote(str(v))}" for k, v in req.env.items()]
     setup += clean_env.lines()  # last: after module loads, before anything the job starts
     if image and runtime == "podman-hpc":  # podman-hpc is Python: after the paths are clean
         gpu = worker_type == "gpu" and site.gpu_vendor == "nvidia"  # NERSC's --gpu module
-        setup += runtimes.podman_lines(gpu and req.program is None)
+        setup += runtimes.podman_lines(gpu and req.program is None, site.local_directory)
     if not image and req.program is None:  # what the ranks run is there, checked once
         setup += rules.runnable_lines(req.python)
     launch = _launch(req, site, name, shape, worker_type, image, bool(binds), runtime)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
+from . import namespaces
 
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 OTHERS_ANY = 0o077
@@ -71,11 +72,13 @@ def directory_problem(st: os.stat_result, *, private: bool) -> str | None:
     return None
 
 
-def parent_problem(st: os.stat_result) -> str | None:
-    """What lets another user replace entries of a directory we put things in."""
+def parent_problem(st: os.stat_result, path: Path | None = None) -> str | None:
+    """What lets another user replace entries of a directory we put things in (``path``, where
+    known: the node's /tmp in a user namespace, ``namespaces.system_sticky``)."""
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
-    if st.st_uid not in (os.geteuid(), 0):
+    seen_as_root = path is not None and namespaces.system_sticky(path, st)
+    if st.st_uid not in (os.geteuid(), 0) and not seen_as_root:
         return f"belongs to {_owner(st)}, who could replace what is put there"
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return (
@@ -133,7 +136,7 @@ def _step_problem(
     at: Path, st: os.stat_result, last: bool, group: TrustedGroup | None
 ) -> tuple[str | None, bool]:
     """(why others could change ``at``, or None; whether only ``group``'s trust allowed it)."""
-    shared = st.st_uid not in (os.geteuid(), 0)
+    shared = st.st_uid not in (os.geteuid(), 0) and not namespaces.system_sticky(at, st)
     if shared and (group is None or not group.has_member(st.st_uid)):
         return f"{at} belongs to {_owner(st)}", False
     if not last and st.st_mode & stat.S_ISVTX:
@@ -194,7 +197,7 @@ def check_parent(directory: Path, what: str, fix: str) -> None:
         st = os.stat(directory)
     except OSError as error:
         raise UnsafePath(f"{what} {directory}: {error.strerror.lower()}", fix) from None
-    problem = parent_problem(st)
+    problem = parent_problem(st, directory)
     if problem:
         raise UnsafePath(f"{what} {directory} {problem}", fix)
 
