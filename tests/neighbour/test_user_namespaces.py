@@ -95,3 +95,15 @@ def test_outside_a_user_namespace_nobodys_sticky_directory_is_refused(tmp_path: 
     base.chmod(0o1777)
     os.chown(base, namespaces.overflow_uid(), -1)
     assert not namespaces.system_sticky("/tmp", os.stat(base))
+
+
+def test_the_node_scratch_taken_on_trust_is_the_systems_and_the_site_profiles() -> None:
+    """The node's own sticky directories: the operating system's and the node-local scratch a
+    site profile names (Polaris and Sophia: /local/scratch); a profile's directory that names
+    a variable (Frontier's /mnt/bb/$USER) is the user's own, and not among them."""
+    from dask_hpc.planning.sites import load_site
+
+    scratch = namespaces.node_scratch()
+    assert scratch == {"/tmp", "/var/tmp", "/dev/shm", "/local/scratch"}, scratch
+    assert load_site("polaris").local_directory in scratch
+    assert load_site("frontier").local_directory == "/mnt/bb/$USER"

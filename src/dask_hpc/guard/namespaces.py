@@ -7,10 +7,12 @@ podman. Inside, every file of root's or of another user of the node shows the ke
 overflow id (``nobody``, 65534): the node's ``/tmp``, which the runtime binds there, looks like
 a stranger's (measured: a second user's Pyxis job, "local directory /tmp belongs to nobody").
 
-Where root is hidden so, the one owner taken on trust is root's own, fixed by the operating
-system: the node's sticky temporary directories at their own paths (``SYSTEM_STICKY``). Any
-other directory whose owner the namespace hides stays refused. (Rootless podman-hpc ranks get
-a local directory of their own instead: ``batch.runtimes.PODMAN_LOCAL``.)
+Where root is hidden so, the one owner taken on trust is root's own, fixed by the node's own
+configuration: its sticky scratch directories at their own paths (``node_scratch``: the
+operating system's, and the node-local scratch a site profile names, such as ALCF's
+``/local/scratch``). Any other directory whose owner the namespace hides stays refused.
+(Rootless podman-hpc ranks get a local directory of their own instead:
+``batch.runtimes.PODMAN_LOCAL``.)
 """
 
 from __future__ import annotations
@@ -23,6 +25,17 @@ from pathlib import Path
 # The node's sticky temporary directories: root's, mode 1777, on every Linux node (FHS 3.0,
 # /tmp and /var/tmp; /dev/shm as systemd and every init mounts it).
 SYSTEM_STICKY = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+@functools.cache
+def node_scratch() -> frozenset[str]:
+    """The node's own sticky scratch directories: SYSTEM_STICKY, and each site profile's
+    local directory that names no variable (a user's, such as ``/mnt/bb/$USER``, is the
+    user's own and needs no trust)."""
+    from ..planning.sites import all_sites  # (planning uses guard: imported when first asked)
+
+    named = {s.local_directory for s in all_sites().values() if s.local_directory}
+    return frozenset(SYSTEM_STICKY) | {os.path.normpath(p) for p in named if "$" not in p}
 
 
 @functools.cache
@@ -56,12 +69,12 @@ def root_hidden() -> bool:
 
 
 def system_sticky(path: str | os.PathLike[str], st: os.stat_result) -> bool:
-    """Is ``path`` (``st`` its status) the node's own sticky temporary directory, root's,
+    """Is ``path`` (``st`` its status) one of the node's own sticky scratch directories, root's,
     shown with the overflow id by a user namespace that hides root?"""
     return (
-        os.path.normpath(os.fspath(path)) in SYSTEM_STICKY
-        and stat.S_ISDIR(st.st_mode)
+        stat.S_ISDIR(st.st_mode)
         and bool(st.st_mode & stat.S_ISVTX)
         and st.st_uid == overflow_uid()
         and root_hidden()
+        and os.path.normpath(os.fspath(path)) in node_scratch()
     )
