@@ -38,14 +38,22 @@ def user_home(shared: Path, user: pwd.struct_passwd) -> Path:
     return home
 
 
-def submit_as(cluster: SlurmCluster, user: pwd.struct_passwd, script: Path, env: dict) -> str:
-    """``sbatch`` of ``script`` as ``user`` (the job's output beside it, ``job.out``); its id."""
+def user_job(cluster: SlurmCluster, user: pwd.struct_passwd, text: str, env: dict) -> str:
+    """The job script ``text`` submitted as ``user`` from the user's directory (``HOME`` in
+    ``env``), run to its end: its output (``job.out``), once it completed, as that user."""
+    home = Path(env["HOME"])
+    (home / "job.sh").write_text(text)
+    out = home / "job.out"
     argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
-    argv += ["sbatch", "--parsable", f"--output={script.parent / 'job.out'}", str(script)]
+    argv += ["sbatch", "--parsable", f"--output={out}", str(home / "job.sh")]
     cluster.root.chmod(0o755)  # the user's sbatch reads slurm.conf
-    ran = cluster.run(argv, env=env, cwd=script.parent, timeout=30)
+    ran = cluster.run(argv, env=env, cwd=home, timeout=30)
     assert ran.returncode == 0, ran
-    return ran.stdout.strip().split(";")[0]
+    state = cluster.wait_job(ran.stdout.strip().split(";")[0], timeout=180)
+    output = out.read_text(errors="replace") if out.exists() else "(no output)"
+    assert state == ("COMPLETED", 0), output + cluster.log("node1")[-3000:]
+    assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user
+    return output
 
 
 def tiny_sif(where: Path, python: Path = PYTHON_PREFIX, pythonpath: str = "") -> Path:

@@ -30,10 +30,10 @@ from containers_support import (
     PYTHON_PREFIX,
     REPO,
     short_root,
-    submit_as,
     tiny_sif,
     two_cpu_ranks,
     user_home,
+    user_job,
 )
 from harness.neighbour import USER_PYTHON, runs_user_python
 from harness.slurm import SlurmCluster
@@ -159,15 +159,9 @@ def test_a_second_users_job_runs_its_cluster_under_rootless_podman_hpc(
         "len(c.sync(c.scheduler.identity)['workers']))"
     )
     text = two_cpu_ranks("perlmutter", str(archive), home / "sched", code, python=USER_PYTHON)
-    (home / "job.sh").write_text(text)
     env = {**tagged_env, **podman_env(shared), "USER": user.pw_name, "HOME": str(home)}
     before = rank_stores()
-    job = submit_as(perlmutter_slurm, user, home / "job.sh", env)
-    state = perlmutter_slurm.wait_job(job, timeout=180)
-    out = home / "job.out"
-    output = out.read_text(errors="replace") if out.exists() else "(no output)"
-    assert state == ("COMPLETED", 0), output + perlmutter_slurm.log("node1")[-3000:]
-    assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user
+    output = user_job(perlmutter_slurm, user, text, env)
     # root in the user's own namespace; /tmp the rank's own (0700, the user's: 0 there); the
     # node's /usr, root's, shows the overflow id
     assert "IN 0 0o700 0 65534" in output, output

@@ -30,10 +30,10 @@ from containers_support import (
     REPO,
     need_enroot,
     short_root,
-    submit_as,
     tiny_sif,
     two_cpu_ranks,
     user_home,
+    user_job,
 )
 from harness.neighbour import USER_PYTHON, runs_user_python
 from harness.slurm import SlurmCluster
@@ -157,7 +157,6 @@ def test_a_second_users_job_runs_its_cluster_under_pyxis(
         "len(c.sync(c.scheduler.identity)['workers']))"
     )
     text = two_cpu_ranks("deepops", str(sqsh), home / "sched", code, python=USER_PYTHON)
-    (home / "job.sh").write_text(text)
     runtime = shared / "pyxis"
     runtime.mkdir(mode=0o755)
     with pyxis_cluster(runtime) as cluster:
@@ -171,12 +170,7 @@ def test_a_second_users_job_runs_its_cluster_under_pyxis(
             "XDG_CACHE_HOME": str(xdg / "cache"),
             "XDG_RUNTIME_DIR": str(xdg / "run"),
         }
-        job = submit_as(cluster, user, home / "job.sh", env)
-        state = cluster.wait_job(job, timeout=180)
-        out = home / "job.out"
-        output = out.read_text(errors="replace") if out.exists() else "(no output)"
-        assert state == ("COMPLETED", 0), output + cluster.log("node1")[-3000:]
-    assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user
+        output = user_job(cluster, user, text, env)
     assert f"IN {user.pw_uid} 0o1777 65534" in output, output  # the node's /tmp, as nobody's
     assert "SUM 42 2" in output, output
     assert "Traceback" not in output and "belongs to nobody, who" not in output, output

@@ -99,11 +99,11 @@ def test_outside_a_user_namespace_nobodys_sticky_directory_is_refused(tmp_path: 
 
 def test_the_node_scratch_taken_on_trust_is_the_systems_and_the_site_profiles() -> None:
     """The node's own sticky directories: the operating system's and the node-local scratch a
-    site profile names (Polaris and Sophia: /local/scratch); a profile's directory that names
-    a variable (Frontier's /mnt/bb/$USER) is the user's own, and not among them."""
+    site profile names (Polaris: /local/scratch); a profile's directory that names a variable
+    (Frontier's /mnt/bb/$USER) is the user's own, and not among them."""
     from dask_hpc.planning.sites import load_site
 
-    scratch = namespaces.node_scratch()
-    assert scratch == {"/tmp", "/var/tmp", "/dev/shm", "/local/scratch"}, scratch
-    assert load_site("polaris").local_directory in scratch
-    assert load_site("frontier").local_directory == "/mnt/bb/$USER"
+    system = ("/tmp", "/var/tmp", "/dev/shm")
+    assert load_site("polaris").node_scratch() == (*system, "/local/scratch")
+    assert load_site("frontier").node_scratch() == system
+    assert load_site("perlmutter").node_scratch() == (*system, "/tmp")

@@ -8,9 +8,10 @@ overflow id (``nobody``, 65534): the node's ``/tmp``, which the runtime binds th
 a stranger's (measured: a second user's Pyxis job, "local directory /tmp belongs to nobody").
 
 Where root is hidden so, the one owner taken on trust is root's own, fixed by the node's own
-configuration: its sticky scratch directories at their own paths (``node_scratch``: the
-operating system's, and the node-local scratch a site profile names, such as ALCF's
-``/local/scratch``). Any other directory whose owner the namespace hides stays refused.
+configuration: its sticky scratch directories at their own paths (``SYSTEM_STICKY``, and the
+node-local scratch the site profile names, such as ALCF's ``/local/scratch``:
+``planning.sites.Site.node_scratch``). Any other directory whose owner the namespace hides
+stays refused.
 (Rootless podman-hpc ranks get a local directory of their own instead:
 ``batch.runtimes.PODMAN_LOCAL``.)
 """
@@ -20,22 +21,12 @@ from __future__ import annotations
 import functools
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 
 # The node's sticky temporary directories: root's, mode 1777, on every Linux node (FHS 3.0,
 # /tmp and /var/tmp; /dev/shm as systemd and every init mounts it).
 SYSTEM_STICKY = ("/tmp", "/var/tmp", "/dev/shm")
-
-
-@functools.cache
-def node_scratch() -> frozenset[str]:
-    """The node's own sticky scratch directories: SYSTEM_STICKY, and each site profile's
-    local directory that names no variable (a user's, such as ``/mnt/bb/$USER``, is the
-    user's own and needs no trust)."""
-    from ..planning.sites import all_sites  # (planning uses guard: imported when first asked)
-
-    named = {s.local_directory for s in all_sites().values() if s.local_directory}
-    return frozenset(SYSTEM_STICKY) | {os.path.normpath(p) for p in named if "$" not in p}
 
 
 @functools.cache
@@ -68,13 +59,15 @@ def root_hidden() -> bool:
         return False  # no /proc: nothing to tell, nothing taken on trust
 
 
-def system_sticky(path: str | os.PathLike[str], st: os.stat_result) -> bool:
-    """Is ``path`` (``st`` its status) one of the node's own sticky scratch directories, root's,
-    shown with the overflow id by a user namespace that hides root?"""
+def system_sticky(
+    path: str | os.PathLike[str], st: os.stat_result, scratch: Collection[str] = SYSTEM_STICKY
+) -> bool:
+    """Is ``path`` (``st`` its status) one of the node's own sticky ``scratch`` directories,
+    root's, shown with the overflow id by a user namespace that hides root?"""
     return (
         stat.S_ISDIR(st.st_mode)
         and bool(st.st_mode & stat.S_ISVTX)
         and st.st_uid == overflow_uid()
         and root_hidden()
-        and os.path.normpath(os.fspath(path)) in node_scratch()
+        and os.path.normpath(os.fspath(path)) in scratch
     )

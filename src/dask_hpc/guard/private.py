@@ -23,13 +23,14 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UsageError
 from . import namespaces
+from .namespaces import SYSTEM_STICKY
 
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 OTHERS_ANY = 0o077
@@ -72,12 +73,14 @@ def directory_problem(st: os.stat_result, *, private: bool) -> str | None:
     return None
 
 
-def parent_problem(st: os.stat_result, path: Path | None = None) -> str | None:
+def parent_problem(
+    st: os.stat_result, path: Path | None = None, scratch: Collection[str] = SYSTEM_STICKY
+) -> str | None:
     """What lets another user replace entries of a directory we put things in (``path``, where
-    known: the node's /tmp in a user namespace, ``namespaces.system_sticky``)."""
+    known: one of the node's ``scratch`` in a user namespace, ``namespaces.system_sticky``)."""
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
-    seen_as_root = path is not None and namespaces.system_sticky(path, st)
+    seen_as_root = path is not None and namespaces.system_sticky(path, st, scratch)
     if st.st_uid not in (os.geteuid(), 0) and not seen_as_root:
         return f"belongs to {_owner(st)}, who could replace what is put there"
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
@@ -191,18 +194,23 @@ def _walk(path: str | os.PathLike[str], group: TrustedGroup | None) -> tuple[str
             done = done / step
 
 
-def check_parent(directory: Path, what: str, fix: str) -> None:
-    """Refuse a directory in which another user could swap our entries for theirs."""
+def check_parent(
+    directory: Path, what: str, fix: str, scratch: Collection[str] = SYSTEM_STICKY
+) -> None:
+    """Refuse a directory in which another user could swap our entries for theirs (``scratch``:
+    the node's own sticky directories, :func:`parent_problem`)."""
     try:
         st = os.stat(directory)
     except OSError as error:
         raise UnsafePath(f"{what} {directory}: {error.strerror.lower()}", fix) from None
-    problem = parent_problem(st, directory)
+    problem = parent_problem(st, directory, scratch)
     if problem:
         raise UnsafePath(f"{what} {directory} {problem}", fix)
 
 
-def ensure_parent(directory: Path, what: str, fix: str) -> Path:
+def ensure_parent(
+    directory: Path, what: str, fix: str, scratch: Collection[str] = SYSTEM_STICKY
+) -> Path:
     """``directory`` made if missing (new components 0700), then :func:`check_parent`."""
     try:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -212,7 +220,7 @@ def ensure_parent(directory: Path, what: str, fix: str) -> Path:
         raise UnsafePath(
             f"{what} {directory} is not usable ({error.strerror.lower()})", fix
         ) from None
-    check_parent(directory, what, fix)
+    check_parent(directory, what, fix, scratch)
     return directory
 
 
@@ -274,9 +282,11 @@ def refuse_foreign(path: Path, what: str, fix: str) -> None:
         raise UnsafePath(f"{what} {path} {problem}", fix)
 
 
-def private_temporary_directory(base: Path, prefix: str, what: str, fix: str) -> Path:
+def private_temporary_directory(
+    base: Path, prefix: str, what: str, fix: str, scratch: Collection[str] = SYSTEM_STICKY
+) -> Path:
     """A new directory of a random name in ``base`` (``mkdtemp``: 0700, never an existing one)."""
-    check_parent(base, what, fix)
+    check_parent(base, what, fix, scratch)
     try:
         return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
     except OSError as error:

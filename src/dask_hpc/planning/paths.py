@@ -10,12 +10,13 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from .. import config
 from ..errors import UsageError
 from ..guard import private
+from ..guard.namespaces import SYSTEM_STICKY
 from . import launchers
 from .settings import Settings
 from .sites import Site, expand_vars
@@ -26,9 +27,10 @@ SCHEDULER_FIX = (
 LOCAL_FIX = "pass --local-directory with a directory only you can write, or a sticky one (/tmp)"
 
 
-def _usable_directory(path: Path, what: str, fix: str) -> Path:
-    """``path``, made if missing, where we can write and nobody else can replace our files."""
-    private.ensure_parent(path, what, fix)
+def _usable_directory(path: Path, what: str, fix: str, scratch: Sequence[str] = ()) -> Path:
+    """``path``, made if missing, where we can write and nobody else can replace our files
+    (``scratch``: the node's own sticky directories, ``Site.node_scratch``)."""
+    private.ensure_parent(path, what, fix, scratch or SYSTEM_STICKY)
     if not os.access(path, os.W_OK | os.X_OK):  # also a read-only file system (EROFS)
         raise UsageError(f"{what} {path} is not usable (not writable)", fix)
     return path
@@ -84,4 +86,5 @@ def local_base(settings: Settings, site: Site, env: Mapping[str, str]) -> Path:
     local = settings.local_directory
     given = local and given_path(local, "--local-directory", env)
     text = given or site.expand(site.local_directory, env) or tempfile.gettempdir()
-    return _usable_directory(Path(text).expanduser().absolute(), "local directory", LOCAL_FIX)
+    path = Path(text).expanduser().absolute()
+    return _usable_directory(path, "local directory", LOCAL_FIX, site.node_scratch())

@@ -215,7 +215,7 @@ def private_local_directory(plan: Plan) -> Path:
     default, or one per user) is one another user of the node can make first; Dask puts it on
     the workers' ``sys.path``."""
     path = private.private_temporary_directory(
-        plan.local_base, "dask-hpc-", "local directory", paths.LOCAL_FIX
+        plan.local_base, "dask-hpc-", "local directory", paths.LOCAL_FIX, plan.site.node_scratch()
     )
     for spec in plan.processes:
         if spec.role == "worker":

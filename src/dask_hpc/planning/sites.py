@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from ..errors import UsageError
+from ..guard.namespaces import SYSTEM_STICKY
 
 # Every rank reads every profile at start-up: use libyaml where it is there.
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -90,6 +91,15 @@ class Site:
     def expand(self, path: str | None, env: Mapping[str, str]) -> str | None:
         """Expand ``$VAR`` in a profile path with ``env``; None if a variable is unset."""
         return expand_vars(path, env)
+
+    def node_scratch(self) -> tuple[str, ...]:
+        """The node's own sticky scratch directories, root's on every node of the site: the
+        system's, and the profile's local directory where it names no variable (ALCF's
+        /local/scratch; a user's own, /mnt/bb/$USER, needs no trust): what a user namespace
+        that hides root may show as nobody's (``guard.namespaces``)."""
+        local = self.local_directory
+        own = (os.path.normpath(local),) if local and "$" not in local else ()
+        return (*SYSTEM_STICKY, *own)
 
 
 def expand_vars(path: str | None, env: Mapping[str, str]) -> str | None:
