@@ -38,18 +38,23 @@ def user_home(shared: Path, user: pwd.struct_passwd) -> Path:
     return home
 
 
-def user_job(cluster: SlurmCluster, user: pwd.struct_passwd, text: str, env: dict) -> str:
+def submit_as(cluster: SlurmCluster, user: pwd.struct_passwd, text: str, env: dict) -> str:
     """The job script ``text`` submitted as ``user`` from the user's directory (``HOME`` in
-    ``env``), run to its end: its output (``job.out``), once it completed, as that user."""
+    ``env``), its output to ``job.out`` there: the job's id."""
     home = Path(env["HOME"])
     (home / "job.sh").write_text(text)
-    out = home / "job.out"
     argv = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups"]
-    argv += ["sbatch", "--parsable", f"--output={out}", str(home / "job.sh")]
+    argv += ["sbatch", "--parsable", f"--output={home / 'job.out'}", str(home / "job.sh")]
     cluster.root.chmod(0o755)  # the user's sbatch reads slurm.conf
     ran = cluster.run(argv, env=env, cwd=home, timeout=30)
     assert ran.returncode == 0, ran
-    state = cluster.wait_job(ran.stdout.strip().split(";")[0], timeout=180)
+    return ran.stdout.strip().split(";")[0]
+
+
+def user_job(cluster: SlurmCluster, user: pwd.struct_passwd, text: str, env: dict) -> str:
+    """:func:`submit_as`, run to its end: its output, once it completed, as that user."""
+    state = cluster.wait_job(submit_as(cluster, user, text, env), timeout=180)
+    out = Path(env["HOME"]) / "job.out"
     output = out.read_text(errors="replace") if out.exists() else "(no output)"
     assert state == ("COMPLETED", 0), output + cluster.log("node1")[-3000:]
     assert os.stat(out).st_uid == user.pw_uid  # the job ran as the user

@@ -22,7 +22,9 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,7 @@ from containers_support import (
     PYTHON_PREFIX,
     REPO,
     short_root,
+    submit_as,
     tiny_sif,
     two_cpu_ranks,
     user_home,
@@ -173,49 +176,68 @@ def test_a_second_users_job_runs_its_cluster_under_rootless_podman_hpc(
     assert podman_processes(str(home), "/tmp/dask-hpc-podman_") == []
 
 
+@pytest.mark.parametrize("who", ["root", "a second user"])
 def test_a_cancelled_job_leaves_no_container_mount_or_store(
-    perlmutter_slurm: SlurmCluster, tagged_env: dict[str, str], tmp_path: Path
+    perlmutter_slurm: SlurmCluster, tagged_env: dict[str, str], tmp_path: Path, who: str
 ) -> None:
     """scancel while COMMAND runs (what the walltime's end does too: SIGTERM to the batch script
     and every rank, SIGKILL after KillWait): each rank's container stops, podman's processes
-    end, and nothing is left on the node: no mount, no rank storage, no job store. (Before,
-    the batch script's EXIT trap removed the job's store under the stopping containers: their
-    overlays stayed mounted, fuse-overlayfs running.)"""
-    images = tmp_path / "images"
-    images.mkdir(mode=0o755)
-    archive = images_podman.convert(tiny_sif(images), images / "dask-hpc-perlmutter.oci.tar")
+    end, and nothing is left on the node: no mount, no rank storage, no job store; for root's
+    job and for a second user's, rootless. (Before, the batch script's EXIT trap removed the
+    job's store under the stopping containers: their overlays stayed mounted, fuse-overlayfs
+    running.)"""
     code = (
         "import sys, time; from dask.distributed import Client; c = Client(); "
         "print('READY', len(c.sync(c.scheduler.identity)['workers']), flush=True); "
         "time.sleep(600)"
     )
-    text = two_ranks_job(archive, tmp_path, code)
-    jobdir = tmp_path / "job"
-    env = {**tagged_env, **perlmutter_slurm.env, **podman_env(tmp_path)}
+    env = {**tagged_env, **perlmutter_slurm.env}
     before = rank_stores()  # another test's, on this node
-    job = perlmutter_slurm.sbatch(text, env=env, cwd=jobdir)
-    output = perlmutter_slurm.root / "jobs" / f"{job}.out"
-    wait_for(
-        lambda: output.exists() and "READY 2" in output.read_text(errors="replace"),
-        180,
-        what="the cluster's two workers, COMMAND running",
-    )
-    assert len(podman_processes(str(jobdir))) >= 4  # two ranks' scripts and podman runs
-    assert rank_stores() - before  # their storage, mounted
-    perlmutter_slurm.scancel(job)
-    state = perlmutter_slurm.wait_job(job, timeout=60)
-    text_out = perlmutter_slurm.job_output(job)
-    assert state[0] == "CANCELLED", text_out
-    assert "start-cluster: received signal 15: shutting down" in text_out, text_out
-    assert "Traceback" not in text_out and "No such process" not in text_out, text_out
-    wait_for(
-        lambda: podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == [],
-        30,
-        what="no podman, conmon or fuse-overlayfs of the job",
-    )
-    assert rank_stores() - before == set(), text_out  # no storage, nor a mount in it
-    assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
-    assert str(jobdir) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
+    with ExitStack() as stack:
+        if who == "root":
+            images = tmp_path / "images"
+            images.mkdir(mode=0o755)
+            sif = tiny_sif(images)
+            archive = images_podman.convert(sif, images / "dask-hpc-perlmutter.oci.tar")
+            jobdir = tmp_path / "job"
+            env.update(podman_env(tmp_path))
+            text = two_ranks_job(archive, tmp_path, code)
+            job = perlmutter_slurm.sbatch(text, env=env, cwd=jobdir)
+            output = perlmutter_slurm.root / "jobs" / f"{job}.out"
+        else:
+            user = runs_user_python()
+            place = Path(stack.enter_context(tempfile.TemporaryDirectory(dir="/tmp")))
+            place.chmod(0o755)
+            images = place / "images"
+            images.mkdir(mode=0o755)
+            sif = tiny_sif(images, python=USER_PYTHON, pythonpath=str(REPO / "src"))
+            archive = images_podman.convert(sif, images / "dask-hpc-perlmutter.oci.tar")
+            jobdir = user_home(place, user)
+            env.update(podman_env(place), USER=user.pw_name, HOME=str(jobdir))
+            text = two_cpu_ranks("perlmutter", str(archive), jobdir / "sched", code, USER_PYTHON)
+            job = submit_as(perlmutter_slurm, user, text, env)
+            output = jobdir / "job.out"
+        wait_for(
+            lambda: output.exists() and "READY 2" in output.read_text(errors="replace"),
+            180,
+            what=f"the two workers, COMMAND running: {output}",
+        )
+        assert len(podman_processes(str(jobdir))) >= 4  # two ranks' scripts and podman runs
+        assert rank_stores() - before  # their storage
+        perlmutter_slurm.scancel(job)
+        state = perlmutter_slurm.wait_job(job, timeout=60)
+        text_out = output.read_text(errors="replace")
+        assert state[0] == "CANCELLED", text_out
+        assert "start-cluster: received signal 15: shutting down" in text_out, text_out
+        assert "Traceback" not in text_out and "No such process" not in text_out, text_out
+        wait_for(
+            lambda: podman_processes(str(jobdir), "/tmp/dask-hpc-podman_") == [],
+            30,
+            what="no podman, conmon or fuse-overlayfs of the job",
+        )
+        assert rank_stores() - before == set(), text_out  # no storage, nor a mount in it
+        assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
+        assert str(jobdir) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
 
 
 def test_an_image_of_another_runtime_is_refused_in_one_line(tmp_path: Path) -> None:
