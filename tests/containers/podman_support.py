@@ -108,3 +108,24 @@ def rank_stores() -> set[str]:
     stores = {str(p) for p in Path("/tmp").glob("dask-hpc-podman_*")}
     mounts = Path("/proc/self/mounts").read_text().split("\n")
     return stores | {m.split()[1] for m in mounts if " /tmp/dask-hpc-podman_" in m}
+
+
+def rootless_leftovers(uid: int) -> list[str]:
+    """What rootless podman leaves of user ``uid`` on the node unless told otherwise: its pause
+    process (``catatonit -P``, which holds the user's namespace and which nothing ends) and its
+    default run and storage directories (``/tmp/podman-run-UID``, podman-hpc's
+    ``/tmp/UID_hpc`` and ``/tmp/containers-user-UID``: names another user of the node can make
+    first)."""
+    defaults = (f"/tmp/podman-run-{uid}", f"/tmp/{uid}_hpc", f"/tmp/containers-user-{uid}")
+    found = [path for path in defaults if Path(path).exists()]
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or entry.stat().st_uid != uid:
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError):
+            continue
+        if state != "Z" and cmdline.startswith("catatonit -P"):
+            found.append(f"{entry.name}: {cmdline}")
+    return found

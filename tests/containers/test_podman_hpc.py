@@ -41,7 +41,13 @@ from containers_support import (
 from harness.neighbour import USER_PYTHON, runs_user_python
 from harness.slurm import SlurmCluster
 from harness.waiting import wait_for
-from podman_support import need_podman, podman_env, podman_processes, rank_stores
+from podman_support import (
+    need_podman,
+    podman_env,
+    podman_processes,
+    rank_stores,
+    rootless_leftovers,
+)
 
 from dask_hpc import images_podman
 from dask_hpc.batch import script
@@ -174,6 +180,8 @@ def test_a_second_users_job_runs_its_cluster_under_rootless_podman_hpc(
     assert rank_stores() - before == set()  # no rank storage, nor a mount in it
     assert str(home) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
     assert podman_processes(str(home), "/tmp/dask-hpc-podman_") == []
+    # no pause process left (one per `podman-hpc unshare` before), no default directory used
+    assert rootless_leftovers(user.pw_uid) == []
 
 
 @pytest.mark.parametrize("who", ["root", "a second user"])
@@ -238,6 +246,8 @@ def test_a_cancelled_job_leaves_no_container_mount_or_store(
         assert rank_stores() - before == set(), text_out  # no storage, nor a mount in it
         assert not list(jobdir.glob(".dask-hpc-podman_*")), list(jobdir.iterdir())
         assert str(jobdir) not in Path("/proc/self/mounts").read_text()  # no squashfuse left
+        if who != "root":  # no pause process (the job store's removal ends its own last)
+            wait_for(lambda: rootless_leftovers(user.pw_uid) == [], 10, what="no pause process")
 
 
 def test_an_image_of_another_runtime_is_refused_in_one_line(tmp_path: Path) -> None:

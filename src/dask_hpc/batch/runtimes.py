@@ -188,12 +188,28 @@ PODMAN_VARIABLE = "dask_hpc_podman"  # the job's private directory: image store,
 # mounted in it as root (its overlay driver's own mount of graph/overlay when two podman
 # processes ended together, squashfuse's of a migrated layer: seen on scancel), innermost first;
 # rootless podman's mounts are in its user namespace's mount table, gone with its pause process;
-# then what rootless podman wrote as another id, with `podman-hpc unshare`.
+# then what rootless podman wrote as another id, with `podman-hpc unshare`. Every rootless
+# podman command starts a pause process (catatonit -P: it holds the user's namespace) that
+# nothing ends, and keeps its pid in its run files (TMPDIR's podman-run-UID): each is given run
+# files of its own, never podman's default /tmp/podman-run-UID nor podman-hpc's /tmp/UID_hpc
+# (names another user of the node can make first), and the pause process named there is ended
+# after it (a second user's job left them on the node before).
 PODMAN_REMOVE = """\
+dask_hpc_podman_pause() {  # DIR: end the pause process of the podman whose TMPDIR was DIR
+  local pid
+  pid=$(cat "$1"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pid" 2>/dev/null ||
+    true
+}
 dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipefail)
+  local run
   [ "$(id -u)" != 0 ] || grep -F " $1/" /proc/self/mounts | cut -d" " -f2 | sort -r |
     xargs -r umount 2>/dev/null || true
-  rm -rf -- "$1" 2>/dev/null || podman-hpc unshare rm -rf -- "$1"
+  rm -rf -- "$1" 2>/dev/null && return
+  run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || return
+  TMPDIR=$run PODMANHPC_RUN_ROOT=$run/run PODMANHPC_GRAPH_ROOT=$run/graph \\
+    PODMANHPC_CONFIG_HOME=$run/config podman-hpc unshare rm -rf -- "$1"
+  dask_hpc_podman_pause "$run"
+  rm -rf -- "$run"
 }"""
 PODMAN_STORE = """\
 # podman-hpc: the image checked above, loaded once into this job's own store (a new directory
@@ -243,8 +259,7 @@ case $dask_hpc_podman_id in
     else dask_hpc_why="podman-hpc could not migrate image $dask_hpc_image: ${dask_hpc_why:-?}"
     fi ;;
 esac
-dask_hpc_pause=$(cat "$dask_hpc_podman_run"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) &&
-  kill "$dask_hpc_pause" 2>/dev/null  # rootless podman's, as each rank's (below)
+dask_hpc_podman_pause "$dask_hpc_podman_run"
 dask_hpc_podman_rm "$dask_hpc_podman/load"
 rm -rf -- "$dask_hpc_podman_run"
 [ -z "$dask_hpc_why" ] || dask_hpc_refuse "$(printf %s "$dask_hpc_why" | tr '\\n' ' ')"
@@ -280,8 +295,7 @@ done
 # conmon runs podman's cleanup as the container ends, beside podman run's own: the store is
 # removed once nothing uses it (30 s at most), or cleanup would make parts of it again
 for _ in $(seq 300); do pgrep -f -- "$store" >/dev/null || break; sleep 0.1; done
-# rootless podman's pause process (it holds the user namespace), where it is this rank's own
-pause=$(cat "$store"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pause" 2>/dev/null
+dask_hpc_podman_pause "$store"
 dask_hpc_podman_rm "$store"
 exit "$status"
 DASK_HPC_RANK"""
