@@ -348,6 +348,7 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         "woken_exit_s": max(ends[p.pid] for p in special_procs) - fault.at["cont"]
         if scenario == "hang" and "cont" in fault.at
         else None,
+        "rank0_to_all_gone_s": max(ends.values()) - ends[launch.rank0.pid],  # the simulators
         "load_start": load_start,
         "load": os.getloadavg()[0],
     }

@@ -67,6 +67,7 @@ ROWS: list[Row] = [
     ("computation: submit -> all done (s)", lambda r: cell(r["job_s"])),
     ("fault -> computation done (s)", lambda r: cell(r["kill_to_done_s"])),
     ("longest scheduler loop stall (s)", lambda r: cell(r["longest_stall_s"])),
+    ("rank 0's exit -> every simulated rank exited (s)", lambda r: cell(r["rank0_to_all_gone_s"])),
     (
         "  its phase; CPU in it of the loop's thread, of its process (s)",
         lambda r: stall_cpu(r["longest_stall"]),
