@@ -172,7 +172,11 @@ def phase_of(t: float, marks: dict) -> str:
 
 
 def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
-    launch = Launch(opts.workers, opts.per_rank, tmp / scenario, inline_tasks=False)
+    # Tasks of no length inline, as lifecycle's: each of Dask's thread pools polls its queue
+    # every second, and 10,000 idle pool threads held the 2-core machine at load 3,500-4,100
+    # (a kill at 10,000, 2026-11-29): the starved simulators went silent on the roll call.
+    launch = Launch(opts.workers, opts.per_rank, tmp / scenario,
+                    inline_tasks=opts.task_seconds == 0)  # fmt: skip
     size = launch.size
     fraction = {"kill": opts.kill_fraction, "stuck": opts.stuck_fraction,
                 "hang": opts.hang_fraction}  # fmt: skip

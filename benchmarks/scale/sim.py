@@ -261,6 +261,7 @@ class RankProcesses(threading.Thread):
         if not data:  # rank 0 closed it (it ends, or gave this rank up): as a real rank
             self.selector.unregister(fd)  # (worker_rank), what the scheduler did not close stops
             del self.ranks[fd]
+            self.loop.call_soon_threadsafe(drop_scheduler_streams, workers)
             self._close(workers, "start-cluster-signal")
             return
         given_up, stop = said.given_up, said.stop
@@ -278,6 +279,18 @@ class RankProcesses(threading.Thread):
         a hang at 10,000 the simulators had not all exited 35 minutes after the job's end."""
         for worker in workers:
             self.loop.call_soon_threadsafe(asyncio.ensure_future, worker.close(reason=reason))
+
+
+def drop_scheduler_streams(workers: list) -> None:
+    """Abort each worker's stream from the scheduler, with what is unread in it, as the kernel
+    does when a real rank's process ends. What is unread there once rank 0 is gone is mostly
+    Dask's ``remove-worker``, one per removed worker to every remaining one: a real worker
+    reads its own, a simulator all 250 workers' (a kill at 10,000: 6 minutes after rank 0's end,
+    every simulator was still decoding them)."""
+    for worker in workers:
+        comm = getattr(worker.batched_stream, "comm", None)
+        if comm is not None and not comm.closed():
+            comm.abort()
 
 
 TIDY_EVERY = 30.0  # s between a simulator's collect-and-freeze (see sim_main)
