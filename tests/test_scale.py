@@ -382,3 +382,19 @@ def test_the_queuing_pick_benchmark_prints_its_table(run_cmd, cluster_env) -> No
         assert float(dask) > 0 and float(ours) > 0, rows
         speed_up = float(dask) / float(ours)
         assert float(ratio.strip().rstrip("x")) == pytest.approx(speed_up, rel=0.01)
+
+
+def test_the_many_dependencies_benchmark_prints_its_table(run_cmd, cluster_env) -> None:
+    """python -m benchmarks.many_dependencies (docs/scale.md) at small sizes: a row per W,
+    Dask's placement and the one pass timed, the same worker picked by both (or it fails)."""
+    argv = [*BENCH, "benchmarks.many_dependencies", "--workers", "20", "200",
+            "--dependencies", "2000"]  # fmt: skip
+    result = run_cmd(argv, env=cluster_env, timeout=120, cwd=REPO)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split("|")[1:-1] for line in result.stdout.splitlines()
+            if line.startswith(("| 20 |", "| 200 |"))]  # fmt: skip
+    assert [(w.strip(), d.strip()) for w, d, *_ in rows] == [("20", "2,000"), ("200", "2,000")]
+    for _, _, dask, ours, ratio in rows:  # structure, never a rounded value
+        assert float(dask) > 0 and float(ours) > 0, rows
+        assert float(ratio.strip().rstrip("x")) == pytest.approx(
+            float(dask) / float(ours), rel=0.01)

@@ -22,7 +22,15 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from distributed.utils import get_ip
 
-from ..at_scale import event_loop, heartbeats, log_summary, many_workers, sends, stealing
+from ..at_scale import (
+    dependencies,
+    event_loop,
+    heartbeats,
+    log_summary,
+    many_workers,
+    sends,
+    stealing,
+)
 from ..at_scale.closing import close_on_signal, close_workers
 from ..at_scale.lighter_tls import Security
 from ..errors import say
@@ -99,6 +107,7 @@ def scheduler_main(spec: ProcessSpec, events_fd: int, control_fd: int) -> int:
         reporter = _Reporter(events_fd)
         scheduler.add_plugin(reporter)
         many_workers.install(scheduler)
+        dependencies.install(scheduler)
         stealing.install(scheduler)
         sends.install(scheduler)
         heartbeats.serve(scheduler)
