@@ -208,13 +208,13 @@ def test_the_scheduler_removes_a_given_up_ranks_workers_and_refuses_their_names(
     asyncio.run(asyncio.wait_for(run(), 60))
 
 
-def test_a_hung_ranks_workers_are_removed_a_few_a_turn_and_the_others_told_once(
+def test_a_hung_ranks_workers_are_removed_a_few_a_turn_and_the_others_told_of_each(
     monkeypatch,
 ) -> None:
     """With start-cluster's scheduler (``many_workers``): three workers given up in one request
     are removed one turn of the loop each (``REMOVALS_PER_TURN`` 1 here), and each remaining
-    worker is told of all three after the removals, not in each (Dask: one loop over every
-    remaining worker per removal, all in one turn: 298.8 s at 10,000 workers)."""
+    worker is told of all three, outside the removals (``at_scale.removals``; Dask: one loop
+    over every remaining worker per removal, all in one turn: 298.8 s at 10,000 workers)."""
     from dask_hpc.at_scale import many_workers
 
     monkeypatch.setattr(given_up, "REMOVALS_PER_TURN", 1)
@@ -251,9 +251,8 @@ def test_a_hung_ranks_workers_are_removed_a_few_a_turn_and_the_others_told_once(
             counter.cancel()
             assert sorted(removed) == sorted(gone.values())
             assert {4, 3} <= set(turns)  # a turn after each removal, before the next
-            assert scheduler.workers.told_later == frozenset()
             assert sorted(scheduler.aliases) == ["1", "5"]
-            while sorted(told) != ["1", "5"] or any(len(t) < 3 for t in told.values()):
+            while any(len(told.get(name, [])) < 3 for name in ("1", "5")):
                 await asyncio.sleep(0.01)
             for name in ("1", "5"):
                 assert sorted(told[name]) == sorted(gone.values()), told

@@ -8,7 +8,8 @@ summarised), ``lighter_tls`` (listeners that hand out no TLS session tickets), `
 cluster's end without Dask's O(W) loops per leaving worker), ``stealing`` (work stealing's
 thief found in O(log W), not O(W), per task), ``sends`` (at most so many writes to workers per
 turn of the scheduler's loop), ``dependencies`` (a task with many dependencies placed in one
-pass over them). Each module's
+pass over them), ``removals`` (the workers removed in a turn told to the others together, not
+one by one). Each module's
 docstring says which Dask methods it replaces, the Dask releases it was checked against (the
 low end of the declared range, constraints.txt, and the newest in it,
 tests/test_newest_dask.py) and the measurement behind it (docs/scale.md, docs/performance.md).

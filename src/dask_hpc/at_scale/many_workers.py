@@ -5,7 +5,8 @@ nothing a Dask user sees: the same warnings, the same state, less work per worke
 
 - Dask's version check: each joining worker (and each client) is compared with one worker per
   distinct set of package versions, not with every connected worker.
-- At the cluster's end, removing a worker does not go over every remaining worker.
+- Removing a worker does not go over every remaining worker: at the cluster's end not at all,
+  otherwise the others are told of the workers removed in one turn at the next (``removals``).
 - Root tasks placed without queuing (``worker-saturation: inf``) stop looking for a worker at
   the first idle one that no other can beat; with queuing (Dask's default), the least loaded
   free worker is kept at hand.
@@ -30,6 +31,8 @@ from distributed import Scheduler
 from distributed.diagnostics.plugin import SchedulerPlugin
 from sortedcontainers import SortedDict
 from tornado.ioloop import PeriodicCallback
+
+from .removals import ToldTogether
 
 
 class _DistinctVersions(SchedulerPlugin):
@@ -106,7 +109,7 @@ class Workers(SortedDict):
 
     distinct: _DistinctVersions | None = None
     ending = False  # the cluster ends (see __iter__)
-    told_later: frozenset[str] = frozenset()  # removed workers the others hear of in one batch
+    told: ToldTogether | None = None  # tells the others of removed workers, together
 
     def items(self) -> Any:
         if self.distinct is not None and sys._getframe(1).f_code in _VERSION_CHECKS:
@@ -114,24 +117,25 @@ class Workers(SortedDict):
         return super().items()
 
     def __iter__(self) -> Any:
-        """Every worker, but none to ``Scheduler.remove_worker`` once the cluster ends.
+        """Every worker, but none to ``Scheduler.remove_worker``.
 
         Dask's ``remove_worker`` goes over every remaining worker twice per removal: to drop
         the pair's bandwidth estimates and to tell each that the worker left. When the cluster
         ends and every worker is closed, both are work for nothing, and O(W^2) in all:
         499,500 messages at 1,000 workers (1.2 s of the scheduler's CPU), ~50 million at
         10,000 (replayed, the two loops alone: 0.21 s at 1,000 workers, 0.74 s at 2,000, ~18 s
-        at 10,000). Its state of each worker (``self.workers``, comms, hosts, tasks) is
-        removed as always.
-
-        Workers in ``told_later`` (a hung rank's, given up: ``running.given_up``) are removed
-        the same way; the caller then tells the remaining workers of all of them at once.
+        at 10,000). Otherwise the remaining workers are told of every worker removed in a turn
+        at once, at the next turn (``told``: ``removals.ToldTogether``). Its state of each
+        worker (``self.workers``, comms, hosts, tasks) is removed as always.
         """
         frame = sys._getframe(1)
-        if frame.f_code is _REMOVE_WORKER and (
-            self.ending or frame.f_locals.get("address") in self.told_later
-        ):
-            return iter(())
+        if frame.f_code is _REMOVE_WORKER:
+            if self.ending:
+                return iter(())
+            if self.told is not None:
+                removal = frame.f_locals
+                self.told.later(removal["address"], removal["stimulus_id"])
+                return iter(())
         return super().__iter__()
 
 
@@ -301,6 +305,7 @@ def install(scheduler: Scheduler) -> _DistinctVersions:
     distinct = _DistinctVersions()
     workers = Workers()
     workers.distinct = distinct
+    workers.told = ToldTogether(scheduler)
     scheduler.workers = workers
     assert not scheduler.idle, "before any worker joins"
     idle = IdleWorkers()

@@ -30,8 +30,8 @@ from ..at_scale import PER_TURN  # (the package alone: no Dask)
 logger = logging.getLogger("distributed.scheduler")
 REASON = "dask-hpc-hung-rank"
 CLOSE_TIMEOUT = 5.0  # s to hand a given-up worker its "close" before its connection is cut
-# Removals, and remaining workers told of them, per turn of the scheduler's event loop (a
-# removal without Dask's loop over the others costs ~1.5 ms at 10,000 workers: docs/scale.md).
+# Removals per turn of the scheduler's event loop (a removal without Dask's loop over the
+# others, which at_scale.removals tells together, costs ~1.5 ms at 10,000 workers: docs/scale.md).
 REMOVALS_PER_TURN = PER_TURN
 
 
@@ -94,27 +94,15 @@ class GivenUp:
         found = (aliases.get(name, aliases.get(int(name)) if name.isdigit() else None)
                  for name in names)  # fmt: skip
         addresses = [address for address in found if address is not None]
-        from ..at_scale import many_workers  # here: rank 0 imports this module, never Dask
-
         stimulus_id = f"{REASON}-{time.time()}"
         streams = []
-        workers = scheduler.workers
-        batched = isinstance(workers, many_workers.Workers)
-        if batched:  # the others are told of them all at once, below
-            workers.told_later = workers.told_later | set(addresses)
-        try:
-            for done, address in enumerate(addresses, 1):
-                stream = scheduler.stream_comms.get(address)
-                await scheduler.remove_worker(address, stimulus_id=stimulus_id, close=True)
-                if stream is not None:
-                    streams.append(stream)
-                if done % REMOVALS_PER_TURN == 0:
-                    await asyncio.sleep(0)  # heartbeats, clients and timers in between
-        finally:  # of those removed (all but where a removal raised)
-            if batched:
-                workers.told_later = workers.told_later - set(addresses)
-                gone = [address for address in addresses if address not in workers]
-                await tell_the_others(scheduler, gone, stimulus_id)
+        for done, address in enumerate(addresses, 1):
+            stream = scheduler.stream_comms.get(address)
+            await scheduler.remove_worker(address, stimulus_id=stimulus_id, close=True)
+            if stream is not None:
+                streams.append(stream)
+            if done % REMOVALS_PER_TURN == 0:
+                await asyncio.sleep(0)  # heartbeats, clients and timers in between
         # Dask leaves a removed worker's connection open for the worker to close when it reads
         # its "close": a hung worker never does, and when the scheduler itself closed, the wait
         # on it ended in a CancelledError traceback. So the "close" goes out first (the hung
@@ -130,28 +118,3 @@ class GivenUp:
             await stream.close(timeout=CLOSE_TIMEOUT)
         except Exception:  # noqa: BLE001 - not flushed in time: cut it off
             stream.abort()
-
-
-async def tell_the_others(scheduler: Any, gone: list[str], stimulus_id: str) -> None:
-    """What Dask's ``remove_worker`` does for each remaining worker, once for all of ``gone``:
-    their bandwidth estimates dropped, and each remaining worker sent one ``remove-worker``
-    per worker gone, in one batch, ``REMOVALS_PER_TURN`` workers a turn.
-
-    Dask goes over every remaining worker in each removal, in the same turn: O(W) per removal,
-    and a hung rank's removals all ran in one turn. Measured (benchmarks.scale.faults, hang at
-    10,000 workers on 2 cores, docs/scale.md): one turn of 298.8 s giving up 9,937 workers.
-    """
-    if not gone:
-        return
-    left = set(gone)
-    bandwidth = scheduler.bandwidth_workers
-    for pair in [pair for pair in bandwidth if pair[0] in left or pair[1] in left]:
-        del bandwidth[pair]
-    messages = [{"op": "remove-worker", "worker": a, "stimulus_id": stimulus_id} for a in gone]
-    remaining = list(scheduler.workers)
-    for first in range(0, len(remaining), REMOVALS_PER_TURN):
-        batch = remaining[first : first + REMOVALS_PER_TURN]
-        # Dask's own way of sending several messages to each of several workers (a worker
-        # whose stream has closed is removed, as worker_send does)
-        scheduler.send_all({}, {w: messages for w in batch if w in scheduler.workers})
-        await asyncio.sleep(0)
