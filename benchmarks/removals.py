@@ -67,6 +67,7 @@ def register(scheduler: Scheduler, n_workers: int) -> list[str]:
 
 async def remove(n_workers: int, lost: float, ours: bool, case: str) -> tuple[float, int, int]:
     """(seconds, removals, messages sent) of one case on a fresh scheduler."""
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # a line per removal otherwise
     async with Scheduler(host="127.0.0.1", dashboard_address="127.0.0.1:0") as scheduler:
         if ours:
             many_workers.install(scheduler)
@@ -96,7 +97,6 @@ def main() -> None:
     parser.add_argument("--workers", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--lost", type=float, default=0.1, help="the share lost at once")
     args = parser.parse_args()
-    logging.getLogger("distributed").setLevel(logging.ERROR)  # a line per removal otherwise
     print("| W | case | removals | Dask (s) | dask-hpc (s) | Dask per removal (ms) | "
           "dask-hpc per removal (ms) | messages, Dask | messages, dask-hpc |")  # fmt: skip
     print("|---|---|---|---|---|---|---|---|---|")

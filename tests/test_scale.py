@@ -316,6 +316,9 @@ def test_the_scale_stop_benchmark_runs_and_prints_its_table(run_cmd, cluster_env
     assert rows["rank 0's exit status"] == ["0", "143", "143"]
     assert rows["left in rank 0's directories"] == ["nothing"] * 3
     assert all(float(cell) > 0 for cell in rows["stop -> rank 0 exited (s)"])
+    for label in ("a plain Dask scheduler removing W workers, its state alone (s)",
+                  "start-cluster's scheduler removing them, its state alone (s)"):  # fmt: skip
+        assert all(float(cell) > 0 for cell in rows[label]), rows
 
 
 # The scheduler loop's CPU per join at 2,000 workers may be at most this many times its value

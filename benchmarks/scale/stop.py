@@ -15,7 +15,9 @@ started. A simulator closes its workers on SIGTERM, as a rank does.
     PYTHONPATH=src python -m benchmarks.scale.stop [--workers 1000 10000] [--stop both]
 
 Measured: launch -> all connected, the last simulated start -> all connected (the issue-28
-measure), the stop -> rank 0's exit and -> every process gone, rank 0's status, what rank 0
+measure), the stop -> rank 0's exit and -> every process gone, the floor under it (W workers
+removed from a scheduler's state alone, by a plain Dask scheduler and by start-cluster's:
+``benchmarks/removals.py``, once the stop is over), rank 0's status, what rank 0
 printed after the stop, and what rank 0 left in its directories (its private local directory,
 the cluster's directory, the forkserver's socket directory in its TMPDIR). Goals (issue 36):
 all connected within 30 s of the last start and gone within 10 s of COMMAND's exit; stopped by
@@ -25,6 +27,7 @@ SIGTERM, rank 0 gone within Slurm's default KillWait (30 s), its directories rem
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import signal
 import sys
@@ -34,6 +37,7 @@ from pathlib import Path
 
 import psutil
 
+from .. import removals
 from .common import Row, goals_table, measure, note, parser, table, wait_for
 from .launch import Launch, dump, exited, module, split_cpus
 from .sim import RANKS_PER_SIM
@@ -101,7 +105,13 @@ def run_one(workers: int, stop: str, opts: argparse.Namespace, tmp: Path) -> dic
     command_exit = next((t for t, line in launch.lines if "command exited" in line), None)
     stop_at = stopped_at or command_exit or max(ends.values())
     said = [line for t, line in launch.lines if t >= stop_at]
+    # The floor under the stop, in the same run once it is over: W workers removed from a
+    # scheduler's state alone, by Dask's own scheduler and by start-cluster's.
+    floor_dask_s, _, _ = asyncio.run(removals.remove(workers, 0.1, False, "end"))
+    floor_ours_s, _, _ = asyncio.run(removals.remove(workers, 0.1, True, "end"))
     return {
+        "floor_dask_s": floor_dask_s,
+        "floor_ours_s": floor_ours_s,
         "workers": workers,
         "stop": stop,
         "start_s": ready - start,
@@ -144,6 +154,14 @@ def report(results: list[dict]) -> None:
         ("last start -> all connected (s)", lambda r: f"{r['connect_s']:.1f}"),
         ("stop -> rank 0 exited (s)", lambda r: f"{r['rank0_exit_s']:.1f}"),
         ("stop -> every process gone (s)", lambda r: f"{r['all_gone_s']:.1f}"),
+        (
+            "a plain Dask scheduler removing W workers, its state alone (s)",
+            lambda r: f"{r['floor_dask_s']:.4g}",
+        ),
+        (
+            "start-cluster's scheduler removing them, its state alone (s)",
+            lambda r: f"{r['floor_ours_s']:.4g}",
+        ),
         ("rank 0's exit status", lambda r: str(r["rank0_status"])),
         ("rank 0's lines after the stop", lambda r: str(r["line_count"])),
         ("left in rank 0's directories", lambda r: ", ".join(r["left"]) or "nothing"),
