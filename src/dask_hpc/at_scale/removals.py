@@ -72,4 +72,4 @@ async def tell_the_others(scheduler: Any, gone: dict[str, str]) -> None:
         # Dask's own way of sending several messages to each of several workers (a worker
         # whose stream has closed is removed, as worker_send does)
         scheduler.send_all({}, {w: messages for w in batch if w in workers})
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # a turn of the loop between batches (a yield, not a wait)
