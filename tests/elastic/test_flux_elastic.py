@@ -12,7 +12,7 @@ import time
 import pytest
 from distributed import wait
 from distributed.diagnostics.plugin import SchedulerPlugin
-from elastic_support import computed_twice, worker_names
+from elastic_support import computed_twice, keep_computing, worker_names
 from harness.procs import cmdline, tagged_pids
 
 from dask_hpc.elastic.jobs import Job
@@ -84,23 +84,11 @@ def test_a_computation_outlives_two_walltimes_with_no_key_lost(
     client = cluster.get_client()
     client.wait_for_workers(2, timeout=120)
 
-    def slow(block: np.ndarray) -> np.ndarray:  # local: pickled by value
-        time.sleep(0.05)
-        return block
-
     x = da.arange(2000, chunks=100).persist()
     wait(x)
-    base = int(np.arange(2000).sum())
-    total = expected = rounds = 0
-    fewest = 2
-    start = time.monotonic()
-    while time.monotonic() - start < 120:
-        total += int((x + rounds).map_blocks(slow).sum().compute())
-        expected += base + rounds * 2000
-        rounds += 1
-        fewest = min(fewest, len(cluster.scheduler.workers))
-    assert total == expected
-    assert fewest == 2  # replacements connected before the jobs they replace left
+    done = keep_computing(cluster, client, x, int(np.arange(2000).sum()), 120, 0.25)
+    assert done.total == done.expected, done
+    assert done.fewest == 2, done  # replacements connected before the jobs they replace left
     assert computed_twice(cluster) == []
     ended = [j for j in cluster.finished if j.ever_connected]
     assert len(ended) >= 2, [(j.name, j.batch_state) for j in cluster.finished]

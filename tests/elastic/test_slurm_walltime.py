@@ -9,11 +9,9 @@ right, and no key is lost or computed twice.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from distributed import wait
-from elastic_support import computed_twice
+from elastic_support import computed_twice, keep_computing
 
 pytestmark = pytest.mark.slurm
 
@@ -35,23 +33,11 @@ def test_a_computation_outlives_three_walltimes_with_no_key_lost(
     client = cluster.get_client()
     client.wait_for_workers(2, timeout=120)
 
-    def slow(block: np.ndarray) -> np.ndarray:  # local: pickled by value
-        time.sleep(0.05)
-        return block
-
     x = da.arange(4000, chunks=100).persist()  # 40 chunks, computed once, kept throughout
     wait(x)
-    base = int(np.arange(4000).sum())
-    total = expected = rounds = 0
-    fewest = 2  # workers connected, seen between rounds
-    start = time.monotonic()
-    while time.monotonic() - start < RUN_FOR:
-        total += int((x + rounds).map_blocks(slow).sum().compute())
-        expected += base + rounds * 4000
-        rounds += 1
-        fewest = min(fewest, len(cluster.scheduler.workers))
-    assert total == expected
-    assert fewest == 2  # the replacements were there before the jobs they replace left
+    done = keep_computing(cluster, client, x, int(np.arange(4000).sum()), RUN_FOR, 0.25)
+    assert done.total == done.expected, done
+    assert done.fewest == 2, done  # the replacements were there before the jobs they replace left
     assert computed_twice(cluster) == []  # no key lost, so none computed again
 
     ended = [j for j in cluster.finished if j.ever_connected]
