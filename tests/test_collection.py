@@ -27,9 +27,12 @@ def collect() -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def every_test() -> list[str]:
-    """The whole run's test ids (collected once for this file's tests)."""
-    return collect()
+def every_test(request: pytest.FixtureRequest) -> list[str]:
+    """The whole run's test ids: as this run collected them when it is a run of the whole
+    suite (``harness.tiers``), otherwise collected once for this file's tests."""
+    from harness.tiers import COLLECTED
+
+    return request.config.stash.get(COLLECTED, None) or collect()
 
 
 def test_every_test_file_is_collected(every_test: list[str]) -> None:
@@ -79,3 +82,15 @@ def test_the_launcher_matrix_names_parametrized_tests_and_the_quick_tier_keeps_o
         assert len(cases) > 1, f"{test_id}: {len(cases)} case(s), not a launcher matrix"
         assert [t for t in cases if t not in repeats] == cases[:1], test_id
         assert f"`{test_id.split('::')[1]}`" in docs, f"docs/install.md does not list {test_id}"
+
+
+def test_the_heavy_list_names_tests_the_suite_collects(every_test: list[str]) -> None:
+    """tests/heavy_tests.json (what the quick tier leaves out for its CPU) names collected
+    tests: a test renamed or removed since it was written fails here, not silently."""
+    from slow_tests import HEAVY
+
+    gone = sorted(set(HEAVY) - set(every_test))
+    assert not gone, (
+        f"tests/heavy_tests.json names tests not collected: {gone}; write it again from a "
+        "whole run's DASK_HPC_TEST_CPU_LOG (tests/harness/cpu_account.py)"
+    )

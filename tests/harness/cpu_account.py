@@ -6,7 +6,9 @@ each worker moves itself into a cgroup (v1 cpuacct) of its own, which the proces
 inherit (clusters, launchers, Flux brokers, builds), and appends one JSON line per test to FILE:
 ``{"test", "worker", "wall", "cpu"}``. Off by default; needs root and cgroup v1's cpuacct.
 Processes started by a daemon another worker started (a Slurm job's ranks) count to that worker.
-``python3 tests/harness/cpu_account.py FILE`` prints the tests and files that cost most.
+``python3 tests/harness/cpu_account.py FILE`` prints the tests and files that cost most;
+``... FILE --heavy SECONDS "WHEN, at COMMIT, HOW"`` writes tests/heavy_tests.json, the tests
+over SECONDS of CPU, which the quick tier leaves out (``harness.tiers``).
 """
 
 from __future__ import annotations
@@ -82,6 +84,24 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         log.write(json.dumps(line) + "\n")
 
 
+def without_group(nodeid: str) -> str:
+    """A test id as collected: pytest-xdist's loadgroup adds ``@group`` (parameters may hold
+    an ``@`` too, but then the id ends in ``]``)."""
+    return nodeid.rsplit("@", 1)[0] if "@" in nodeid and not nodeid.endswith("]") else nodeid
+
+
+def write_heavy(log: Path, threshold: float, measured: str) -> None:
+    """tests/heavy_tests.json from a log: each test that took over ``threshold`` CPU seconds
+    (``harness.tiers`` leaves them out of the quick tier)."""
+    rows = [json.loads(line) for line in log.read_text().splitlines() if line]
+    heavy = {without_group(r["test"]): r["cpu"] for r in rows if r["cpu"] > threshold}
+    tests = dict(sorted(heavy.items()))
+    document = {"measured": measured, "threshold_cpu_s": threshold, "tests": tests}
+    from slow_tests import HEAVY_FILE
+
+    HEAVY_FILE.write_text(json.dumps(document, indent=1) + "\n")
+
+
 def report(path: Path, top: int = 40) -> None:
     """The tests and the files that took the most CPU, and the total."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line]
@@ -99,4 +119,8 @@ def report(path: Path, top: int = 40) -> None:
 
 
 if __name__ == "__main__":
-    report(Path(sys.argv[1]))
+    if len(sys.argv) == 5 and sys.argv[2] == "--heavy":
+        # FILE --heavy SECONDS "YYYY-MM-DD, at COMMIT, how": write tests/heavy_tests.json
+        write_heavy(Path(sys.argv[1]), float(sys.argv[3]), sys.argv[4])
+    else:
+        report(Path(sys.argv[1]))

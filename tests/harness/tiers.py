@@ -18,11 +18,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slow_tests import LAUNCHER_MATRIX, SLOW, SLOW_FIXTURES, SLOW_SECONDS
+from slow_tests import HEAVY, LAUNCHER_MATRIX, SLOW, SLOW_FIXTURES, SLOW_SECONDS
 
 # Session fixtures too costly to make once per pytest-xdist worker (the converged Ansible
 # targets, the built image), by (directory under tests/, fixture name): their group's name.
 SHARED_SESSION = {("ansible", "env"): "ansible targets", ("build", "local_image"): "local image"}
+# The test ids of a run over the whole suite (testpaths, no paths given), as collected (before
+# -m, -k and xdist's group suffixes): tests/test_collection.py reads them rather than
+# collecting the suite again in a process of its own (7 s of CPU).
+COLLECTED = pytest.StashKey[list[str]]()
 
 
 def fixture_keys(item: pytest.Item) -> list[tuple[tuple[str, ...], str]]:
@@ -46,8 +50,10 @@ def group_of(item: pytest.Item) -> str | None:
 
 
 def is_slow(item: pytest.Item) -> bool:
-    return item.nodeid.split("[", 1)[0] in SLOW or any(
-        key in SLOW_FIXTURES for _, key in fixture_keys(item)
+    return (
+        item.nodeid.split("[", 1)[0] in SLOW
+        or item.nodeid in HEAVY
+        or any(key in SLOW_FIXTURES for _, key in fixture_keys(item))
     )
 
 
@@ -65,7 +71,9 @@ def matrix_repeats(test_ids: list[str]) -> set[str]:
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.args_source == pytest.Config.ArgsSource.TESTPATHS:
+        config.stash[COLLECTED] = [item.nodeid for item in items]
     repeats = matrix_repeats([item.nodeid for item in items])
     for item in items:
         if is_slow(item):
