@@ -215,7 +215,7 @@ def test_start_cluster_runs_a_real_job(converged: Env, name: str) -> None:
 def test_user_outside_the_group_is_told(converged: Env) -> None:
     """On a node converged without dask_hpc_users, alice cannot write scheduler files: one line
     from start-cluster says so, nothing starts."""
-    root = converged.targets["debian12"].root
+    root = converged.targets["ubuntu2404"].root
     result = run_on_node(root, "start-cluster cpu 1 -- true", user="alice")
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
