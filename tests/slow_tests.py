@@ -1,5 +1,6 @@
 """How the quick tier is cut: the tests that take over a minute in the whole run on a 2-core
-machine, and why; and the tests run under every launcher or batch system.
+machine, and why; those that took most CPU (tests/heavy_tests.json); and the tests run under
+every launcher or batch system.
 
 ``harness.tiers`` marks the first ``slow`` and, of each of the second, every case but the first
 ``matrix``: the quick tier (``python3 -m pytest -m "not slow and not matrix"``) leaves them out.
@@ -64,7 +65,7 @@ SLOW_FIXTURES = {
 
 # Tests parametrized over launchers (or batch systems): the same behaviour under each. The quick
 # tier runs the first case of each (collection order); the whole run, all of them. The quick
-# tier's time: docs/install.md (2026-11-29: 1,034 tests, 532 s on 2 cores).
+# tier's time: docs/install.md (2026-11-30: 943 tests, 192 s on 2 cores).
 LAUNCHER_MATRIX = (
     "tests/test_dask_compat.py::test_a_worker_killed_by_its_tasks_comes_back_every_time",
     "tests/test_dask_compat.py::test_nanny_operations_work_and_the_job_ends_cleanly",

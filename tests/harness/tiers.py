@@ -5,7 +5,8 @@ together: a module-scoped one (one worker per file) or one of ``SHARED_SESSION``
 worker otherwise). The rest spread.
 
 The quick tier: ``tests/slow_tests.py`` names the tests that take over a minute, with the
-reason, and the session fixtures that take minutes (every test that uses one is slow); they
+reason, and the session fixtures that take minutes (every test that uses one is slow); they,
+and the tests of tests/heavy_tests.json (over its threshold of CPU seconds in a whole run),
 are marked ``slow``. It also names the tests run under every launcher: each one's cases after
 the first are marked ``matrix``. ``python3 -m pytest -m "not slow and not matrix"`` leaves
 both out. docs/install.md shows the same lists (checked by ``tests/test_collection.py``). At
