@@ -56,7 +56,7 @@ SLOW = {
 # waits for it). (directory under tests/, fixture name): why.
 SLOW_FIXTURES = {
     ("ansible", "env"): "the role converged on debootstrap targets, every supported "
-    "ansible-core, twice (first converge 378 s, second 194 s; 783 s of CPU)",
+    "ansible-core, twice (first converge 337 s, second 168 s; 659 s of CPU)",
     ("build", "local_image"): "the local image built for real: debootstrap, wheels, "
     "apptainer build, signing (512 s beside the rest; 86 s alone)",
     ("build", "installed"): "dask-hpc pip-installed, not editable, into a venv of its own "

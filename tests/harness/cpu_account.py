@@ -94,8 +94,11 @@ def write_heavy(log: Path, threshold: float, measured: str) -> None:
     """tests/heavy_tests.json from a log: each test that took over ``threshold`` CPU seconds
     (``harness.tiers`` leaves them out of the quick tier)."""
     rows = [json.loads(line) for line in log.read_text().splitlines() if line]
-    heavy = {without_group(r["test"]): r["cpu"] for r in rows if r["cpu"] > threshold}
-    tests = dict(sorted(heavy.items()))
+    most: dict[str, float] = {}  # a test in the log twice (two runs appended): its larger
+    for row in rows:
+        test = without_group(row["test"])
+        most[test] = max(most.get(test, 0.0), row["cpu"])
+    tests = {test: cpu for test, cpu in sorted(most.items()) if cpu > threshold}
     document = {"measured": measured, "threshold_cpu_s": threshold, "tests": tests}
     from slow_tests import HEAVY_FILE
 
@@ -119,6 +122,7 @@ def report(path: Path, top: int = 40) -> None:
 
 
 if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: slow_tests
     if len(sys.argv) == 5 and sys.argv[2] == "--heavy":
         # FILE --heavy SECONDS "YYYY-MM-DD, at COMMIT, how": write tests/heavy_tests.json
         write_heavy(Path(sys.argv[1]), float(sys.argv[3]), sys.argv[4])
