@@ -110,7 +110,11 @@ def test_the_scheduler_freezes_its_objects_as_the_cluster_grows(monkeypatch) -> 
     monkeypatch.setattr(gc, "freeze", lambda: freezes.append(len(scheduler.workers)))
     collected: list[int] = []
     monkeypatch.setattr(gc, "collect", lambda: collected.append(len(scheduler.workers)))
+    thresholds: list[tuple[int, ...]] = []
+    monkeypatch.setattr(gc, "set_threshold", lambda *t: thresholds.append(t))
     plugin = _LongLivedOutOfGC()
+    # Young collections after 50,000 objects, not 700; the older generations' thresholds kept.
+    assert thresholds == [(50_000, *gc.get_threshold()[1:])]
     for i in range(10_000):
         scheduler.workers[f"w{i}"] = None
         plugin.add_worker(scheduler, f"w{i}")
@@ -155,8 +159,10 @@ def test_an_idle_scheduler_freezes_once_in_a_while_but_not_while_it_has_tasks(
             assert len(freezes) == seen
             del scheduler.tasks["a-task"]
 
+    before = gc.get_threshold()
     asyncio.run(asyncio.wait_for(run(), 60))
     assert freezes and not any(freezes)
+    assert gc.get_threshold() == before  # put back when the scheduler closed
 
 
 

@@ -271,9 +271,21 @@ class _LongLivedOutOfGC(SchedulerPlugin):
 
     name = "dask-hpc-long-lived"
     idle_every = 60.0  # s between freezes of an idle scheduler
+    # Python collects its youngest generation once 700 more container objects were made than
+    # freed since (a burst counts, even one freed soon after); after 11 of those the middle
+    # one, and after 11 of these a full collection, once what the last full one kept grew by
+    # a quarter. With nearly everything frozen that quarter is of almost nothing, so the
+    # scheduler's bursts of messages brought a full collection every few seconds: at 10,000
+    # workers 127 in one run (benchmarks.scale.faults, kill: 45.6 s of the loop's CPU). After
+    # 50,000, not 700 (benchmarks.scale, 2,000 workers, 22,223 tasks, 2026-11-30): young
+    # passes 2,827 -> 27, their CPU 1.40 -> 1.28 s; full ones 54 -> 38 (the rest are the
+    # freezes' own), 2.20 -> 0.42 s.
+    young_threshold = 50_000
 
     def __init__(self) -> None:
         gc.freeze()
+        self.thresholds = gc.get_threshold()  # put back at the scheduler's close
+        gc.set_threshold(self.young_threshold, *self.thresholds[1:])
         self.next_freeze = 64  # workers
         self.timer: PeriodicCallback | None = None
 
@@ -284,6 +296,7 @@ class _LongLivedOutOfGC(SchedulerPlugin):
     async def close(self) -> None:
         if self.timer is not None:
             self.timer.stop()
+        gc.set_threshold(*self.thresholds)
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         if len(scheduler.workers) >= self.next_freeze and self.freeze(scheduler):
