@@ -65,7 +65,7 @@ SLOW_FIXTURES = {
 
 # Tests parametrized over launchers (or batch systems): the same behaviour under each. The quick
 # tier runs the first case of each (collection order); the whole run, all of them. The quick
-# tier's time: docs/install.md (2026-11-30: 943 tests, 192 s on 2 cores).
+# tier's time: docs/install.md (2026-11-30: 973 tests, 261 s on 2 cores).
 LAUNCHER_MATRIX = (
     "tests/test_dask_compat.py::test_a_worker_killed_by_its_tasks_comes_back_every_time",
     "tests/test_dask_compat.py::test_nanny_operations_work_and_the_job_ends_cleanly",
