@@ -48,9 +48,9 @@ def keep_computing(
     the scheduler's workers counted twice a second meanwhile.
 
     The tasks sleep rather than compute: what the walltime tests need is work in flight and
-    data held while jobs come and go, not CPU. Rounds of tasks that sleep 0.05 s cost the 2-core
-    machine ~110 CPU s over three one-minute walltimes (the suite's CPU log, 2026-11-29),
-    almost all of it scheduling ~130 tasks a second.
+    data held while jobs come and go, not CPU. With tasks of 0.05 s the Slurm test over three
+    one-minute walltimes took 112 CPU s of the 2-core machine, with 0.25 s 64-75 (the suite's
+    CPU log, 2026-11-29 and -30): the rest is the jobs' starts and the cluster's own work.
     """
     import numpy as np  # here: ~0.8 s of every pytest process's collection otherwise
 
