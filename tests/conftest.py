@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["harness.plugin", "harness.tiers", "harness.cpu_account"]
+pytest_plugins = ["harness.plugin", "harness.cpu_account", "harness.tiers"]
 
 
 @pytest.fixture

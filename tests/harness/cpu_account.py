@@ -84,10 +84,13 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
         log.write(json.dumps(line) + "\n")
 
 
-def without_group(nodeid: str) -> str:
-    """A test id as collected: pytest-xdist's loadgroup adds ``@group`` (parameters may hold
-    an ``@`` too, but then the id ends in ``]``)."""
-    return nodeid.rsplit("@", 1)[0] if "@" in nodeid and not nodeid.endswith("]") else nodeid
+def split_group(nodeid: str) -> tuple[str, str | None]:
+    """A reported test id as collected, and its pytest-xdist loadgroup (``id@group``;
+    parameters may hold an ``@`` too, but then the id ends in ``]``)."""
+    if "@" in nodeid and not nodeid.endswith("]"):
+        test, group = nodeid.rsplit("@", 1)
+        return test, group
+    return nodeid, None
 
 
 def write_heavy(log: Path, threshold: float, measured: str) -> None:
@@ -96,7 +99,7 @@ def write_heavy(log: Path, threshold: float, measured: str) -> None:
     rows = [json.loads(line) for line in log.read_text().splitlines() if line]
     most: dict[str, float] = {}  # a test in the log twice (two runs appended): its larger
     for row in rows:
-        test = without_group(row["test"])
+        test = split_group(row["test"])[0]
         most[test] = max(most.get(test, 0.0), row["cpu"])
     tests = {test: cpu for test, cpu in sorted(most.items()) if cpu > threshold}
     document = {"measured": measured, "threshold_cpu_s": threshold, "tests": tests}

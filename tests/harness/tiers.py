@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from slow_tests import HEAVY, LAUNCHER_MATRIX, SLOW, SLOW_FIXTURES, SLOW_SECONDS
 
+from harness.cpu_account import split_group
+
 # Session fixtures too costly to make once per pytest-xdist worker (the converged Ansible
 # targets, the built image), by (directory under tests/, fixture name): their group's name.
 SHARED_SESSION = {("ansible", "env"): "ansible targets", ("build", "local_image"): "local image"}
@@ -98,9 +100,8 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     groups: dict[str, float] = {}
     for nodeid, seconds in _took.items():
-        # xdist's loadgroup names a test's group after an @ (parameters may hold one too)
-        if "@" in nodeid and not nodeid.endswith("]"):
-            group = nodeid.rsplit("@", 1)[1]
+        group = split_group(nodeid)[1]
+        if group is not None:
             groups[group] = groups.get(group, 0.0) + seconds
     if groups:
         terminalreporter.section("time in each group (one worker each: the longest bounds the run)")
