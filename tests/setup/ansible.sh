@@ -29,15 +29,10 @@ pip() { python3 -m pip --disable-pip-version-check "$@"; }
 start=$SECONDS
 
 # --- host tools -------------------------------------------------------------------------------
-need=(debootstrap gpgv gpg xz-utils curl)
-missing=()
-for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "apt-get install ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+# shellcheck source=apt_need.sh
+. "$here/apt_need.sh"
+apt_need ansible "debootstrap and its tools" debootstrap gpgv gpg xz-utils curl
+[ ${#APT_INSTALLED[@]} -eq 0 ] || log "apt-get install ${APT_INSTALLED[*]}"
 
 # --- Python tools -------------------------------------------------------------------------------
 if ! python3 - <<'EOF' 2>/dev/null

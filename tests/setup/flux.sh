@@ -27,8 +27,8 @@ if command -v flux >/dev/null && [ "$(command -v flux)" != "$PREFIX/bin/flux" ];
 fi
 
 # Flux's own scripts/install-deps-deb.sh, less docs and checks (liblua5.1-0-dev: the package
-# behind the virtual liblua5.1-dev, which dpkg-query does not know). The one part of install.sh's
-# side-by-side ones that runs apt-get (DPkg::Lock::Timeout: should another ever hold dpkg's lock).
+# behind the virtual liblua5.1-dev, which dpkg-query does not know). One of install.sh's
+# side-by-side ones that need Debian packages: apt_need takes them in turn with the others.
 need=(make gcc pkg-config libc6-dev libzmq3-dev uuid-dev libjansson-dev liblz4-dev libarchive-dev
       libhwloc-dev libsqlite3-dev lua5.1 liblua5.1-0-dev lua-posix python3-dev python3-cffi
       python3-ply python3-setuptools python3-yaml jq)
