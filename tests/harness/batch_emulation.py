@@ -43,12 +43,11 @@ sys.path.insert(0, str(HARNESS.parent))  # run as a script: harness importable
 
 from harness.emulate import (  # noqa: E402
     aurora_hosts,
-    jsrun_ranks,
     lsf_job_env,
-    pals_ranks,
     pbs_job_env,
     summit_hosts,
 )
+from harness.job_launchers import jsrun, pals_mpiexec  # noqa: E402
 from harness.procs import TEST_TMP_VAR  # noqa: E402
 
 BIN = HARNESS / "bin"
@@ -416,89 +415,6 @@ def job_tmpdir(env: dict[str, str], kind: str, jobid: str) -> str:
     path = Path(base) / (f"pbs.{jobid}" if kind == "pbs" else f"{jobid}.tmpdir")
     path.mkdir(mode=0o700)
     return str(path)
-
-
-# ---------------------------------------------------------------------- launchers in the job
-def pals_mpiexec(args: Sequence[str]) -> int:
-    """EMULATED PALS ``mpiexec -n N --ppn P [--depth D] [--cpu-bind X] CMD...``."""
-    items = list(args)
-    n = ppn = None
-    depth = 1
-    cpu_bind = None
-    while items and items[0].startswith("-"):
-        arg = items.pop(0)
-        key, _, value = arg.partition("=")
-        if key in ("-n", "--np", "-np", "--ppn", "-ppn", "--depth", "-d", "--cpu-bind", "--env"):
-            value = value or items.pop(0)
-        if key in ("-n", "--np", "-np"):
-            n = int(value)
-        elif key in ("--ppn", "-ppn"):
-            ppn = int(value)
-        elif key in ("--depth", "-d"):
-            depth = int(value)
-        elif key == "--cpu-bind" and value.startswith("list:"):
-            cpu_bind = value
-    hosts = unique_lines(os.environ["PBS_NODEFILE"])
-    n = n or len(hosts)
-    ppn = ppn or -(-n // len(hosts))
-    if cpu_bind:
-        lists = cpu_bind.removeprefix("list:").split(":")
-        if len(lists) < ppn:  # PALS: a list for each rank of a node
-            return fail(f"mpiexec: --cpu-bind list: has {len(lists)} lists for {ppn} ranks", 1)
-        cpu_bind = "list:" + ":".join(fold_cpus(c) for c in lists)
-    short = [h.split(".")[0] for h in hosts]
-    jobdir = Path(os.environ["DASK_HPC_EMU_JOBDIR"])
-    env, launcher = pals_ranks(jobdir, short, n, ppn, depth=depth, cpu_bind=cpu_bind)
-    os.environ.update(env)
-    os.execvp(launcher[0], [*launcher, *items])
-    return 1
-
-
-def fold_cpus(text: str) -> str:
-    """A rank's CPU list (``1-8,105-112``) on this host: each CPU modulo the CPUs here (an
-    Aurora node has 208, this host a few: EMULATED binding, the same lists' shape)."""
-    here = os.cpu_count() or 1
-    cpus: set[int] = set()
-    for part in text.split(","):
-        low, _, high = part.partition("-")
-        cpus.update(c % here for c in range(int(low), int(high or low) + 1))
-    return ",".join(str(c) for c in sorted(cpus))
-
-
-def jsrun(args: Sequence[str]) -> int:
-    """EMULATED IBM ``jsrun --nrs N --rs_per_host P --tasks_per_rs 1 --cpu_per_rs C
-    --gpu_per_rs G --bind rs CMD...`` (also the short forms -n -r -a -c -g -b)."""
-    names = {"-n": "nrs", "--nrs": "nrs", "-r": "rs_per_host", "--rs_per_host": "rs_per_host",
-             "-a": "tasks_per_rs", "--tasks_per_rs": "tasks_per_rs", "-c": "cpu_per_rs",
-             "--cpu_per_rs": "cpu_per_rs", "-g": "gpu_per_rs", "--gpu_per_rs": "gpu_per_rs",
-             "-b": "bind", "--bind": "bind"}
-    items = list(args)
-    got: dict[str, str] = {}
-    while items and items[0].startswith("-"):
-        arg = items.pop(0)
-        if arg == "--":
-            break
-        key, _, value = arg.partition("=")
-        if key not in names:
-            return fail(f"jsrun: unknown option {arg}", 1)
-        got[names[key]] = value or items.pop(0)
-    hosts = unique_lines(os.environ["LSB_DJOB_HOSTFILE"])[1:]  # the launch node first
-    ppn = int(got.get("rs_per_host", 1))
-    n = int(got.get("nrs", len(hosts) * ppn))
-    env, launcher = jsrun_ranks(
-        Path(os.environ["DASK_HPC_EMU_JOBDIR"]), hosts, n, ppn, jobid=os.environ["LSB_JOBID"],
-        gpus_per_task=int(got.get("gpu_per_rs", 0)),
-    )
-    os.environ.update(env)
-    os.execvp(launcher[0], [*launcher, *items])
-    return 1
-
-
-def unique_lines(path: str) -> list[str]:
-    seen: dict[str, None] = {}
-    for line in Path(path).read_text().split():
-        seen.setdefault(line, None)
-    return list(seen)
 
 
 COMMANDS = {
