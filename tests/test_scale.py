@@ -298,6 +298,15 @@ def test_the_scale_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> 
     assert rows["workers at the end / after the start"] == ["10/10", "30/30"]
     assert rows["rank 0 open fds (rank + scheduler)"]
     assert any(key.endswith("workers lost before COMMAND's end") for key in rows)
+    # COMMAND's probes, made as the computation starts: the dashboard, opened with its token
+    # from the scheduler file, answered each: a time in every cell (not "-", none probed),
+    # none "failed" (as when the link lost its token). The times themselves are not asserted.
+    for label in ("dashboard /status opened while computing (s)",
+                  "dashboard /info/main/workers.html while computing: median / longest (s)",
+                  "scheduler_info() while computation: median / longest (s)"):  # fmt: skip
+        for cell in rows[label]:
+            assert "failed" not in cell, rows[label]
+            assert all(float(part) >= 0 for part in cell.split(" / ")), rows[label]
 
 
 def test_the_scale_stop_benchmark_runs_and_prints_its_table(run_cmd, cluster_env) -> None:

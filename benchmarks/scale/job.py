@@ -9,10 +9,11 @@ cluster idles for S seconds (workers dropped for missed heartbeats show up there
 F each: a reduction without P2P, whose every level moves results between workers. The result
 is checked. Meanwhile a thread times what a user's client and browser ask for: the client's
 ``scheduler_info()`` (every worker's identity, O(W)) and Dask's workers table (an HTML page,
-O(W)) every ``PROBE_EVERY`` seconds, and the dashboard's status page once per phase (as a
-user opens it: each request makes a Bokeh session of every plot on the scheduler's event loop,
-0.5 s of its CPU at 20 workers; requested every 5 s it was most of the loop's stalls). Writes
-JSON to ``--out``.
+O(W)) as each phase starts and every ``PROBE_EVERY`` seconds in it, and the dashboard's status
+page once per phase (as a user opens it: each request makes a Bokeh session of every plot on
+the scheduler's event loop, 0.5 s of its CPU at 20 workers; requested every 5 s it was most of
+the loop's stalls), with the dashboard's token from the scheduler file. Writes JSON to
+``--out``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,19 @@ def tree_sum(leaves: int, fan_in: int) -> tuple[dict, Any]:
     return graph, keys[0]
 
 
+def dashboard_login() -> str:
+    """The dashboard's link with its token, as ``hpc-cluster links`` prints it: from the
+    cluster's scheduler file, the owner's alone. COMMAND's environment carries the link without
+    its token (issue 43), and the probes with that one were all refused (403)."""
+    from dask_hpc.guard.links import links
+
+    directory = Path(os.environ.get("DASK_HPC__SCHEDULER_DIRECTORY", "/nonexistent"))
+    found = sorted(directory.glob("*/scheduler.json"))
+    return links(found[0]).get("dashboard", "") if len(found) == 1 else ""
+
+
 class UserProbe(threading.Thread):
-    """What a user waits for, timed every ``PROBE_EVERY`` s while ``phase`` is set."""
+    """What a user waits for, timed as each phase starts and every ``PROBE_EVERY`` s in it."""
 
     def __init__(self, client: Any) -> None:
         super().__init__(daemon=True)
@@ -67,20 +79,19 @@ class UserProbe(threading.Thread):
         self.phase = ""
         self.times: dict[str, dict[str, list[float]]] = {}  # phase -> what -> seconds
         self.done = threading.Event()
-        link = os.environ.get("DASK_DISTRIBUTED__DASHBOARD__LINK", "")
-        self.base, _, token = link.partition("/status?token=")
-        self.token = token
+        self.woken = threading.Event()
+        self.base, _, self.token = dashboard_login().partition("/status?token=")
 
-    def timed(self, what: str, call: Any) -> None:
+    def timed(self, phase: str, what: str, call: Any) -> None:
         start = time.perf_counter()
         try:
             call()
         except Exception as error:  # noqa: BLE001 - a failed probe is reported, not fatal
-            self.times.setdefault(self.phase, {}).setdefault(f"{what} failed", []).append(0.0)
+            self.times.setdefault(phase, {}).setdefault(f"{what} failed", []).append(0.0)
             print(f"probe {what}: {error!r}", flush=True)
             return
         seconds = time.perf_counter() - start
-        self.times.setdefault(self.phase, {}).setdefault(what, []).append(seconds)
+        self.times.setdefault(phase, {}).setdefault(what, []).append(seconds)
 
     def get(self, page: str) -> None:
         request = urllib.request.Request(self.base + page)
@@ -88,19 +99,27 @@ class UserProbe(threading.Thread):
         with urllib.request.urlopen(request, timeout=120) as response:
             response.read()
 
+    def enter(self, phase: str) -> None:
+        """Start ``phase`` (an empty one: no more probes): its first probes at once."""
+        self.phase = phase
+        self.woken.set()
+
     def run(self) -> None:
         opened = ""
-        while not self.done.wait(PROBE_EVERY):
-            if not self.phase:
+        while not self.done.is_set():
+            self.woken.wait(PROBE_EVERY)
+            self.woken.clear()
+            phase = self.phase
+            if not phase or self.done.is_set():
                 continue
-            self.timed("scheduler_info", lambda: self.client.scheduler_info(n_workers=-1))
+            self.timed(phase, "scheduler_info", lambda: self.client.scheduler_info(n_workers=-1))
             if not self.base:
                 continue
-            if opened != self.phase:
-                opened = self.phase
-                self.timed(OPENED, lambda: self.get(OPENED))
+            if opened != phase:
+                opened = phase
+                self.timed(phase, OPENED, lambda: self.get(OPENED))
             for page in PAGES:
-                self.timed(page, lambda page=page: self.get(page))
+                self.timed(phase, page, lambda page=page: self.get(page))
 
     def summary(self) -> dict[str, dict[str, list[float]]]:
         """Per phase and probe: [median, longest] seconds, and how many."""
@@ -138,7 +157,7 @@ def main() -> int:
     probe = UserProbe(client)
     probe.start()
     out["workers_settled"] = workers(client)
-    probe.phase = "idle"
+    probe.enter("idle")
     out["idle_start"] = time.time()
     time.sleep(args.idle)  # the measurement: what an idle cluster of W workers does
     out["idle_end"] = time.time()
@@ -146,7 +165,7 @@ def main() -> int:
     if args.tasks:
         graph, key = tree_sum(args.tasks, args.fan_in)
         out["graph_tasks"] = len(graph)
-        probe.phase = "computation"
+        probe.enter("computation")
         out["submitted"] = time.time()
         try:
             value = client.get(graph, key, sync=True)
@@ -157,8 +176,8 @@ def main() -> int:
             out["error"] = repr(error)[:300]
             out["result_ok"] = False
         out["workers_after_computation"] = workers(client)
-    probe.phase = ""
     probe.done.set()
+    probe.enter("")
     probe.join()
     out["probes"] = probe.summary()
     client.close()
