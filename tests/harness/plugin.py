@@ -64,6 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if path[0] != scripts:
         os.environ["PATH"] = os.pathsep.join([scripts, *path])
 
+
 @pytest.fixture(autouse=True)
 def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """This test's unique tag, also exported in ``os.environ``; leaks are asserted after.
