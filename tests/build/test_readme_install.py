@@ -49,7 +49,9 @@ def test_first_command_on_a_stock_python(run_cmd, tmp_path: Path, target: str) -
     shutil.copytree(
         REPO,
         root / "src",
-        ignore=shutil.ignore_patterns(".git", ".venv", "build", "__pycache__", ".*_cache", "*.sif"),
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv*", "build", "__pycache__", ".*_cache", "*.sif"
+        ),
     )
     (root / "etc" / "host-ca.crt").write_bytes(HOST_CA.read_bytes())  # apt may rewrite certs/
     (root / "etc" / "resolv.conf").write_bytes(Path("/etc/resolv.conf").read_bytes())

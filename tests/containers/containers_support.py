@@ -16,7 +16,7 @@ from harness.slurm import SlurmCluster
 
 CACHE = Path(os.environ.get("DASK_HPC_TEST_CACHE", "/var/tmp/dask-hpc-tests"))
 ENROOT = CACHE / "enroot-4.1.2"
-PYTHON_PREFIX = Path(sys.base_prefix)
+PYTHON_PREFIX = Path(sys.prefix)  # a venv's, its python a link into /usr
 REPO = Path(__file__).resolve().parents[2]
 
 

@@ -4,8 +4,8 @@
 # CPU runtime intel-opencl-rt, which is the SYCL device here: no Intel GPU on CI machines).
 #
 # They go into a venv of their own ($CACHE/dpnp-venv, ~3 GB: the wheels copy each .so per name),
-# seeing the system site-packages (dask, distributed, numpy) and holding dask-hpc editable from
-# this checkout, so it has its own `start-cluster`. Kept apart because dpnp makes
+# seeing the suite's site-packages (dask, distributed, numpy: a .pth naming them, after its
+# own) and holding dask-hpc editable from this checkout, so it has its own `start-cluster`. Kept apart because dpnp makes
 # examples/pi.py choose dpnp, and the runtime wheels put libOpenCL, TBB and OpenMP into
 # <prefix>/lib. Every version is pinned; a second run only checks (well under a second).
 set -euo pipefail
@@ -24,19 +24,28 @@ PINS=(
   tbb==2023.2.0 tcmlib==1.6.0 umf==1.2.0
 )
 STAMP=$VENV/.dask-hpc-dpnp
+# the suite's site-packages (tests/setup/python.sh's venv: python3 on PATH here)
+suite_site=$("$PYTHON" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')
 want="${PINS[*]} | $repo"
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.dpnp-setup.lock"  # one setup at a time
 flock 9
 
+if [ -x "$VENV/bin/python" ] && grep -q "include-system-site-packages = true" "$VENV/pyvenv.cfg"; then
+  rm -rf "$VENV"  # made before the suite had a venv of its own: it saw that Python's packages
+fi
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+# written on every run: the checkout whose suite runs next is the one it names
+"$VENV/bin/python" -c 'import sysconfig, sys
+with open(sysconfig.get_path("purelib") + "/dask-hpc-suite.pth", "w") as pth:
+    pth.write(sys.argv[1] + "\n")' "$suite_site"
 if [ -x "$VENV/bin/start-cluster" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi
 rm -f "$STAMP"
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv --system-site-packages "$VENV"
 pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
 "${pip[@]}" "${PINS[@]}"
-# dask-hpc itself, for the venv's own start-cluster (its dependencies come from the system).
+# dask-hpc itself, for the venv's own start-cluster (its dependencies come from the suite's).
 "${pip[@]}" --no-deps -e "$repo"
 echo "$want" >"$STAMP"

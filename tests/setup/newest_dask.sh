@@ -16,13 +16,18 @@ wanted=${wanted:-$range}
 VENV=$CACHE/dask-newest-venv
 STAMP=$VENV/.dask-hpc-newest-dask
 # the suite's own runner as the main environment's (pyproject.toml's addopts name xdist's options)
-TOOLS=("pytest>=8" "pytest-timeout>=2.3" "pytest-xdist>=3.5")
+TOOLS=("pytest>=8,<9.1" "pytest-timeout>=2.3" "pytest-xdist>=3.5")
 want="$wanted | $repo | ${TOOLS[*]}"
 
 mkdir -p "$CACHE"
 exec 9>"$CACHE/.newest-dask-setup.lock"  # one setup at a time
 flock 9
 
+# made from the suite's base Python (tests/setup/python.sh), or made again
+base_home=$("$PYTHON" -c 'import os, sys; print(os.path.dirname(sys._base_executable))')
+if [ -f "$VENV/pyvenv.cfg" ] && ! grep -qx "home = $base_home" "$VENV/pyvenv.cfg"; then
+  rm -rf "$VENV"
+fi
 if [ -x "$VENV/bin/start-cluster" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi

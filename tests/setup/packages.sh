@@ -9,9 +9,10 @@ export DEBIAN_FRONTEND=noninteractive
 # gpgv, xz-utils: ansible.sh's root filesystems (here, so that no later part, run side by side
 # with others, needs apt-get). r-base-core: a real Rscript, which jupyter-lsp's language-server
 # detection runs (and R reads ./.Rprofile): tests/neighbour/test_jupyter_private.py.
+# python3-venv: the suite's own virtual environment (python.sh).
 need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps
       iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl
-      gpg gpgv xz-utils r-base-core)
+      gpg gpgv xz-utils r-base-core python3-venv)
 missing=()
 for p in "${need[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
