@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from build_support import REPO
 from golden_cases import CASES
+from harness.venvs import venv_over_this_python
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 
@@ -27,9 +27,7 @@ pytestmark = pytest.mark.timeout(900)
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A virtual environment with dask-hpc and dask-hpc-deploy installed, not editable."""
     venv = tmp_path_factory.mktemp("installed") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
-                   check=True, timeout=120)
-    python = venv / "bin" / "python"
+    python = venv_over_this_python(venv)
     done = subprocess.run(
         [str(python), "-m", "pip", "install", "-q", "--no-deps", str(REPO), str(REPO / "deploy")],
         capture_output=True, text=True, timeout=600,

@@ -54,10 +54,12 @@ _FLUX: list[FluxInstance] = []
 def pytest_configure(config: pytest.Config) -> None:
     """Put this Python's scripts directory first on PATH, for every process the tests start.
 
-    On a site, ``python3`` and ``start-cluster`` come from the environment's bin directory. In CI
-    they come through pyenv's shims: bash scripts that each run ``pyenv exec`` and its helpers
-    first (measured 2026-11-30: five ``python3 -c pass`` took 0.72 s through the shim, 0.25 s
-    direct), and the suite starts thousands of Python processes.
+    On a site, ``python3`` and ``start-cluster`` come from the environment's bin directory. Run
+    as ``.venv-tests/bin/python -m pytest`` without the venv's activation, or in a pyenv Python
+    (CI's), they would come from elsewhere on PATH: another Python, or pyenv's shims, bash
+    scripts that each run ``pyenv exec`` and its helpers first (measured 2026-11-30: five
+    ``python3 -c pass`` took 0.72 s through the shim, 0.25 s direct), and the suite starts
+    thousands of Python processes.
     """
     scripts = sysconfig.get_path("scripts")
     path = os.environ.get("PATH", "").split(os.pathsep)

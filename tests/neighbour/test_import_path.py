@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from harness.neighbour import Neighbour
+from harness.venvs import venv_over_this_python
 from neighbour_support import QUIET, neighbour_result, probe_command
 from support import REPO, start_cluster
 
@@ -86,8 +87,8 @@ def test_every_other_way_a_rank_starts(
         head = import_path.python_argv("dask_hpc")
         assert head[1:3] == ["-P", "-m"]
     elif form == "python -c bootstrap":
-        other = tmp_path / "python3"  # this Python by another name: its version unknown
-        other.symlink_to(sys.executable)
+        # this Python by another name: its version unknown
+        other = venv_over_this_python(tmp_path / "env", pip=False).with_name("python3")
         head = import_path.python_argv("dask_hpc", str(other))
         assert head[1] == "-c"
     else:
@@ -161,9 +162,8 @@ def test_a_program_on_path_others_can_change_is_never_found(
     ``import_path.program`` still refuses such a program in one line where it is found."""
     neighbour.run(plant_program, str(project), "jupyter")
     env = {**owner_env, "PATH": f"{project}:{owner_env['PATH']}"}
-    python = tmp_path / "bin" / "python3"  # a Python whose environment has no jupyter
-    python.parent.mkdir()
-    python.symlink_to(sys.executable)
+    # a Python whose environment has no jupyter
+    python = venv_over_this_python(tmp_path / "env", pip=False).with_name("python3")
     argv = [str(python), "-P", "-m", "dask_hpc", "cpu", "1", *QUIET, "--jupyter", "--dry-run"]
     result = run_cmd(argv, env=env, cwd=tmp_path, timeout=60)
     assert result.returncode == 0, result.stderr

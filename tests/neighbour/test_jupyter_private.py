@@ -33,6 +33,7 @@ import jupyterlab
 import psutil
 import pytest
 from harness.neighbour import Neighbour
+from harness.venvs import venv_over_this_python
 from jobs.background import Background
 from jupyter_support import (
     KERNEL_CODE,
@@ -74,8 +75,7 @@ def environment_below(place: Path) -> Path:
     copy of jupyterlab, where Yarn starts, its own jupyter scripts, and this Python's
     JupyterLab assets and Jupyter config): its python."""
     env = place / "env"
-    venv = [sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(env)]
-    subprocess.run(venv, check=True, capture_output=True, timeout=120)
+    venv_over_this_python(env, pip=False)
     version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
     copy = env / "lib" / version / "site-packages" / "jupyterlab"
     shutil.copytree(Path(jupyterlab.__file__).parent, copy)

@@ -4,8 +4,8 @@
 # CPU runtime intel-opencl-rt, which is the SYCL device here: no Intel GPU on CI machines).
 #
 # They go into a venv of their own ($CACHE/dpnp-venv, ~3 GB: the wheels copy each .so per name),
-# seeing the suite's site-packages (dask, distributed, numpy: a .pth naming them, after its
-# own) and holding dask-hpc editable from this checkout, so it has its own `start-cluster`. Kept apart because dpnp makes
+# seeing the suite's site-packages (dask, distributed, numpy: a .pth adding them as a site
+# directory, after its own) and holding dask-hpc editable from this checkout, so it has its own `start-cluster`. Kept apart because dpnp makes
 # examples/pi.py choose dpnp, and the runtime wheels put libOpenCL, TBB and OpenMP into
 # <prefix>/lib. Every version is pinned; a second run only checks (well under a second).
 set -euo pipefail
@@ -39,7 +39,7 @@ fi
 # written on every run: the checkout whose suite runs next is the one it names
 "$VENV/bin/python" -c 'import sysconfig, sys
 with open(sysconfig.get_path("purelib") + "/dask-hpc-suite.pth", "w") as pth:
-    pth.write(sys.argv[1] + "\n")' "$suite_site"
+    pth.write(f"import site; site.addsitedir({sys.argv[1]!r})\n")' "$suite_site"
 if [ -x "$VENV/bin/start-cluster" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   exit 0
 fi
