@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 def collect() -> list[str]:
     """The test ids `python3 -m pytest` collects, in order."""
     result = subprocess.run(
-        # -n 0: collected once, not again in each of xdist's workers (45 s in the whole run with 4)
+        # -n 0: collected once, not again in each of xdist's 4 workers (45 s in the whole run)
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
          "-n", "0"],  # fmt: skip
         cwd=REPO,
