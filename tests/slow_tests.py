@@ -63,6 +63,17 @@ SLOW_FIXTURES = {
     "(its tests 68-90 s with it)",
 }
 
+# Files whose tests mostly wait, by design, on a timeout (a hung rank's hpc.hung-timeout, a
+# lost node's heartbeats): one pytest-xdist group, so that they wait in one worker while the
+# others compute. Ungrouped, their cases ran in all four workers at once, and the 2 cores
+# idled (5-second /proc/stat samples of three whole runs, 2026-11-30: 13-64% idle in the minute
+# test_hung.py ran, the run's largest idle stretch). file: its CPU against its wall time then.
+WAITING = {
+    "tests/test_hung.py": "93 CPU s in 358 s (0.26)",
+    "tests/test_node_loss.py": "59 CPU s in 211 s (0.28)",
+}
+WAITING_GROUP = "waiting on timeouts"
+
 # Tests parametrized over launchers (or batch systems): the same behaviour under each. The quick
 # tier runs the first case of each (collection order); the whole run, all of them. The quick
 # tier's time: docs/install.md (2026-11-30: 973 tests, 261 s on 2 cores).

@@ -2,7 +2,8 @@
 
 Groups: under ``-n N --dist loadgroup``, tests that share a costly fixture run in one worker,
 together: a module-scoped one (one worker per file) or one of ``SHARED_SESSION`` (made once per
-worker otherwise). The rest spread.
+worker otherwise); so do the files of ``WAITING``, whose tests mostly wait on timeouts. The
+rest spread.
 
 The quick tier: ``tests/slow_tests.py`` names the tests that take over a minute, with the
 reason, and the session fixtures that take minutes (every test that uses one is slow); they,
@@ -19,7 +20,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from slow_tests import HEAVY, LAUNCHER_MATRIX, SLOW, SLOW_FIXTURES, SLOW_SECONDS
+from slow_tests import (
+    HEAVY,
+    LAUNCHER_MATRIX,
+    SLOW,
+    SLOW_FIXTURES,
+    SLOW_SECONDS,
+    WAITING,
+    WAITING_GROUP,
+)
 
 from harness.cpu_account import split_group
 
@@ -43,6 +52,8 @@ def fixture_keys(item: pytest.Item) -> list[tuple[tuple[str, ...], str]]:
 
 
 def group_of(item: pytest.Item) -> str | None:
+    if item.nodeid.split("::")[0] in WAITING:
+        return WAITING_GROUP
     group = None
     for scope, key in fixture_keys(item):
         if scope == "session" and key in SHARED_SESSION:
