@@ -127,6 +127,9 @@ class NannyWatch:
             # Its first start failed; that start raises by itself. Dask before 2026.7 (whose
             # Nanny is still 'init' then) also restarted the process here, as fast as it died.
             return
+        if self.nanny.status == Status.closing_gracefully:
+            await self._close_after_graceful_exit()
+            return
         if self.nanny.status != Status.running:  # closing: Dask's own handling
             await self._on_worker_exit(exitcode)
             return
@@ -142,6 +145,17 @@ class NannyWatch:
         if exitcode != 0:  # 0: stopped on purpose (a restart, a retirement)
             say(f"worker {self.name} {describe_exit(exitcode)}: restarting it")
         await self._on_worker_exit(exitcode)
+
+    async def _close_after_graceful_exit(self) -> None:
+        """What Dask's ``_on_worker_exit`` does for a worker that closed gracefully (it closes
+        the Nanny), without its traceback when the rank's own end cancels that close: under
+        scancel both happen at once, and Dask logged the CancelledError as an ERROR with a
+        traceback into the job's output (a loaded CI run, 2026-11-30)."""
+        try:
+            await self.nanny.close(reason="nanny-close-gracefully")
+        except asyncio.CancelledError:
+            if self.nanny.status not in _CLOSING:
+                raise
 
     async def _give_up(self) -> None:
         # Not awaited by on_worker_exit: Nanny.close waits for that background task to end. A
