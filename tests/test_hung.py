@@ -67,7 +67,15 @@ def send(procs: list[psutil.Process], sig: int) -> None:
 
 
 def alive(procs: list[psutil.Process]) -> list[psutil.Process]:
-    return [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    """The processes of ``procs`` still running (not exited, not a zombie)."""
+    return [p for p in procs if _running(p)]
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:  # exited (and reaped) between the two questions
+        return False
 
 
 def start(
@@ -150,7 +158,7 @@ def test_a_rank_woken_after_the_job_ended_exits_at_once(
     send(stopped, signal.SIGSTOP)
     run.wait_text("hung (no sign of life", 40)
     ended = time.monotonic()
-    wait_for(lambda: not rank0.is_running() or rank0.status() == psutil.STATUS_ZOMBIE, 60,
+    wait_for(lambda: not _running(rank0), 60,
              what="rank 0 to exit while rank 2 is stopped")  # fmt: skip
     rank0_after = time.monotonic() - ended
     assert run.proc.poll() is None  # hydra waits for its stopped rank
