@@ -69,6 +69,15 @@ def wait_for(condition: Callable[[], bool], timeout: float, step: float = 0.01) 
     return True
 
 
+def line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least squares y = a + b x: (a, b); b is 0 where every x is the same."""
+    n = len(xs)
+    mx, my = sum(xs) / n, sum(ys) / n
+    var = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / var if var else 0.0
+    return my - b * mx, b
+
+
 Row = tuple[str, Callable[[dict], str]]  # a table's row: its label, and its cell of a result
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-from .common import Row, goals_table, table
+from .common import Row, goals_table, line, table
 
 PHASES = ("start", "idle", "computation", "shutdown")
 
@@ -13,13 +13,9 @@ PHASES = ("start", "idle", "computation", "shutdown")
 def fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     """y = a + b * x**p, least squares: a and b for each p in 0, 0.05, ... 2, the best p kept."""
     best = (float("inf"), ys[0] if ys else 0.0, 0.0, 1.0)
-    n = len(xs)
     for p in (i / 20 for i in range(41)):
         zs = [x**p for x in xs]
-        mz, my = sum(zs) / n, sum(ys) / n
-        var = sum((z - mz) ** 2 for z in zs)
-        b = sum((z - mz) * (y - my) for z, y in zip(zs, ys, strict=True)) / var if var else 0.0
-        a = my - b * mz
+        a, b = line(zs, ys)
         err = sum((a + b * z - y) ** 2 for z, y in zip(zs, ys, strict=True))
         if err < best[0] - 1e-12:
             best = (err, a, b, p)

@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from .common import line
+
 # What is modelled: the key in a benchmarks.scale result, and its label.
 COSTS = (
     ("sched_join_ms", "scheduler loop CPU per join (ms)"),
@@ -24,16 +26,6 @@ COSTS = (
     ("connect_s", "last start -> all connected (s)"),
     ("shutdown_s", "COMMAND exit -> all gone (s)"),
 )
-
-
-def line(points: list[tuple[float, float]]) -> tuple[float, float]:
-    """Least squares a + b W through ``points`` (W, cost): (a, b). Two sizes at least."""
-    n = len(points)
-    mw = sum(w for w, _ in points) / n
-    mc = sum(c for _, c in points) / n
-    var = sum((w - mw) ** 2 for w, _ in points)
-    b = sum((w - mw) * (c - mc) for w, c in points) / var
-    return mc - b * mw, b
 
 
 def by_size(results: list[dict], key: str) -> dict[int, float]:
@@ -51,15 +43,15 @@ def report(results: list[dict], at: int, check: list[int]) -> list[str]:
         measured = by_size(results, key)
         if len(measured) < 2:
             continue
-        a, b = line(sorted(measured.items()))
+        a, b = line(list(measured), list(measured.values()))
         cells = [label, ", ".join(f"{w:,}" for w in sorted(measured)),
                  f"{a:.4g} + {b:.4g} W", f"{a + b * at:.4g}"]  # fmt: skip
         for w in check:
-            others = sorted((x, c) for x, c in measured.items() if x != w)
+            others = {x: c for x, c in measured.items() if x != w}
             if w not in measured or len(others) < 2:
                 cells.append("–")
                 continue
-            oa, ob = line(others)
+            oa, ob = line(list(others), list(others.values()))
             predicted = oa + ob * w
             error = (predicted - measured[w]) / measured[w]
             cells.append(f"{measured[w]:.4g}; {predicted:.4g}; {error:+.1%}")
