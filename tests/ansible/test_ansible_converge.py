@@ -62,23 +62,23 @@ def test_check_diff_on_converged_node(reruns: dict[str, PlaybookRun], name: str)
     assert "--- before" not in run.output, run.describe()
 
 
-@pytest.mark.parametrize("name", ["check_fresh", "check_fresh_package"])
-def test_check_on_a_fresh_node(first_runs: dict[str, PlaybookRun], name: str) -> None:
-    """--check --diff on a node never converged, without and with a package URL: it succeeds and
-    reports what it would change (the package run also gives booleans and integers as strings)."""
-    run = first_runs[name]
+def test_check_on_a_fresh_node(first_runs: dict[str, PlaybookRun]) -> None:
+    """--check --diff on a node never converged, with a package URL and booleans and integers
+    given as strings: it succeeds and reports what it would change."""
+    run = first_runs["check_fresh_package"]
     assert run.returncode == 0, run.describe()
     changed = run.changed_tasks()
     assert run.recap()["fresh"]["changed"] >= 10, (changed, run.describe())
     assert "--- before" in run.output  # --diff shows the files it would write
-    if name == "check_fresh_package":
-        assert "dask_hpc : Copy the Apptainer package from the controller" in changed
-        # -e dask_hpc_wrapper=false: no link on PATH; -e dask_hpc_lmod=no: no module;
-        # -e dask_hpc_nofile=900000 compared as a number with the hard limit 1048576 (as
-        # strings, "900000" > "1048576" would be refused).
-        link = run.output.split("Put start-cluster on every user's PATH]", 1)[1]
-        assert link.split("\n", 2)[1].startswith("skipping: [fresh]"), run.describe()
-        assert "dask_hpc : Install the Lmod module (module load dask-hpc)" not in changed
+    assert "dask_hpc : Copy the Apptainer package from the controller" in changed
+    # -e dask_hpc_wrapper=true: the wrapper and its link on PATH; -e dask_hpc_lmod=no: no
+    # module (the string "no" is not true); -e dask_hpc_nofile=900000 compared as a number with
+    # the hard limit 1048576 (as strings, "900000" > "1048576" would be refused).
+    assert "dask_hpc : Install the start-cluster wrapper" in changed, run.describe()
+    assert "dask_hpc : Put start-cluster on every user's PATH" in changed, run.describe()
+    assert "dask_hpc : Install the Lmod module (module load dask-hpc)" not in changed
+    link = run.output.split("Create the Lmod module directory]", 1)[1]
+    assert link.split("\n", 2)[1].startswith("skipping: [fresh]"), run.describe()
 
 
 def test_fresh_node_unchanged(env: Env, first_runs: dict[str, PlaybookRun]) -> None:
