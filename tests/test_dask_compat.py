@@ -24,6 +24,8 @@ from harness.mpi import mpich, openmpi
 from jobs.background import Background
 from support import assert_tokens_left_out, start_cluster, without_upstream_noise
 
+from dask_hpc.running.nannies import MAX_FAILED_STARTS
+
 JOBS = Path(__file__).resolve().parent / "jobs"
 DASK_OPS = JOBS / "dask_ops.py"
 OPTS = ["--interface", "lo", "--dashboard-address", "127.0.0.1:0", "--death-timeout", "10"]
@@ -97,6 +99,11 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
     assert "restarting it" in result.stderr  # the exiting task's deaths, one line each
 
 
+# Each crash round ends 4 worker processes (Dask's allowed-failures, 3, then KilledWorker)
+# among the 2 workers: 2 * (MAX_FAILED_STARTS + 1) deaths in all take both workers past the
+# crash-loop stop's count if spread evenly, and one of them however spread. (12 rounds cost
+# ~2.5 CPU s more per launcher, 2026-11-30.)
+CRASH_ROUNDS = -(-2 * (MAX_FAILED_STARTS + 1) // 4)
 LAUNCHES_WITH_TWO_PER_HOST = [
     "local", "openmpi", "openmpi-2-per-rank", "mpich", "srun", "emulated-pals", "emulated-jsrun"
 ]
@@ -106,24 +113,25 @@ LAUNCHES_WITH_TWO_PER_HOST = [
 def test_a_worker_killed_by_its_tasks_comes_back_every_time(
     launcher: str, request: pytest.FixtureRequest, run_cmd, cluster_env, tmp_path: Path
 ) -> None:
-    """12 tasks in a row end their workers' processes (each kills 4: Dask retries it on the
-    restarted workers, the moment they register): every worker comes back each time, as with
-    `dask worker`. The crash-loop stop is only for a worker that never reaches the scheduler,
-    however fast its tasks kill it. The end, right after the last crash, is clean."""
+    """CRASH_ROUNDS tasks in a row end their workers' processes (each kills 4: Dask retries it
+    on the restarted workers, the moment they register): every worker comes back each time, as
+    with `dask worker`, past the crash-loop stop's count. The crash-loop stop is only for a
+    worker that never reaches the scheduler, however fast its tasks kill it. The end, right
+    after the last crash, is clean."""
     if launcher == "openmpi-2-per-rank":  # one rank, its nanny host holding 2 Nannies
         prefix, wpn, extra_env, names = openmpi(1), 2, {}, ["0-0", "0-1"]
     else:
         prefix, wpn, extra_env, names = launches(request, tmp_path)[launcher]()
     argv = [*prefix, *start_cluster(), "cpu", str(wpn), *OPTS, "--timeout", "120"]
-    argv += ["--", sys.executable, str(JOBS / "crash_tasks.py"), "12"]
+    argv += ["--", sys.executable, str(JOBS / "crash_tasks.py"), str(CRASH_ROUNDS)]
     result = run_cmd(argv, env={**cluster_env, **extra_env}, timeout=240)
     output = f"{result.stdout}\n{result.stderr}"
     assert result.returncode == 0, output
     line = next(x for x in result.stdout.splitlines() if x.startswith("CRASHES "))
     crashes = json.loads(line[len("CRASHES ") :])
     assert crashes["workers"] == names
-    assert crashes["rounds"] == [["KilledWorker", names]] * 12, output
-    assert result.stderr.count(": restarting it") >= 4 * 12
+    assert crashes["rounds"] == [["KilledWorker", names]] * CRASH_ROUNDS, output
+    assert result.stderr.count(": restarting it") >= 4 * CRASH_ROUNDS
     stderr = without_upstream_noise(result.stderr)
     for noise in ("not restarted", "Traceback", "were killed", "Timed out", "CancelledError"):
         assert noise not in stderr, output
