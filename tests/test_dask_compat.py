@@ -101,8 +101,8 @@ def test_nanny_operations_work_and_the_job_ends_cleanly(
 
 # Each crash round ends 4 worker processes (Dask's allowed-failures, 3, then KilledWorker)
 # among the 2 workers: 2 * (MAX_FAILED_STARTS + 1) deaths in all take both workers past the
-# crash-loop stop's count if spread evenly, and one of them however spread. (12 rounds cost
-# ~2.5 CPU s more per launcher, 2026-11-30.)
+# crash-loop stop's count if spread evenly, and one of them however spread. (12 rounds: 38 CPU
+# s for the seven launchers in a whole run; 3 rounds: 12.5 s, alone; 2026-11-30.)
 CRASH_ROUNDS = -(-2 * (MAX_FAILED_STARTS + 1) // 4)
 LAUNCHES_WITH_TWO_PER_HOST = [
     "local", "openmpi", "openmpi-2-per-rank", "mpich", "srun", "emulated-pals", "emulated-jsrun"
