@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import types
 from collections.abc import Callable
 
 import pytest
@@ -153,6 +154,40 @@ def test_a_reply_due_while_the_worker_did_not_run_is_waited_for_not_a_failure(
 
     assert one_heartbeat(stall_then_answer) == []
     assert stalled
+
+
+class _Stream:
+    """A worker's batched stream to a scheduler that answers each beat ``after`` seconds late."""
+
+    def __init__(self, beats: heartbeats.StreamHeartbeats, after: float) -> None:
+        self.beats, self.after = beats, after
+
+    def send(self, msg: dict) -> None:
+        if msg.get("op") == heartbeats.BEAT:
+            loop = asyncio.get_running_loop()
+            loop.call_later(self.after, self.beats._on_reply, {"status": "OK"})
+
+
+def test_a_stall_that_ends_just_before_the_deadline_is_waited_for_too(monkeypatch) -> None:
+    """The process stops for most of the reply's timeout and runs again just before it (the
+    timer then fires on time, not late: a CI run, with hpc.hung-timeout and this timeout both
+    30 s), and the reply comes after the deadline: the stall was seen while the heartbeat
+    waited, so it gets the timeout again and takes the reply. Without a stall, a reply that
+    late is a failed heartbeat."""
+    monkeypatch.setattr(heartbeats.StreamHeartbeats, "reply_timeout", 4.0)
+
+    async def beat(stall: float) -> dict:
+        worker = types.SimpleNamespace(scheduler=None, stream_handlers={}, rpc=None)
+        beats = heartbeats.StreamHeartbeats(worker)
+        beats._offered.set()
+        worker.batched_stream = _Stream(beats, after=5.0)
+        if stall:  # the whole process stopped 3.5 s of the 4, as under SIGSTOP
+            asyncio.get_running_loop().call_later(0.1, time.sleep, stall)
+        return await beats.heartbeat_worker()
+
+    assert asyncio.run(asyncio.wait_for(beat(3.5), 30)) == {"status": "OK"}
+    with pytest.raises(OSError, match="no heartbeat reply from the scheduler within 4.0 s"):
+        asyncio.run(asyncio.wait_for(beat(0), 30))
 
 
 def test_an_offer_that_comes_late_moves_the_heartbeats_to_the_stream(monkeypatch) -> None:

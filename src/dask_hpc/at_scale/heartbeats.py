@@ -36,7 +36,8 @@ ASK = "dask-hpc-heartbeats"  # worker -> scheduler, in a keep-alive message: may
 OFFER = "dask-hpc-heartbeats-offered"  # scheduler -> worker: yes
 BEAT = "dask-hpc-heartbeat"  # worker -> scheduler: Dask's heartbeat_worker arguments
 REPLY = "dask-hpc-heartbeat-reply"  # scheduler -> worker: its answer
-STALLED = 1.0  # s a reply's timeout fired late by: this process was not running
+STALLED = 1.0  # s a wait's timer fired late by: this process was not running
+LOOK_EVERY = 1.0  # s: how often a heartbeat waiting for its reply looks for such a stall
 
 
 def serve(scheduler: Any) -> None:
@@ -107,16 +108,24 @@ class StreamHeartbeats:
             dask.config.get("distributed.comm.timeouts.tcp"), "s"
         )
         loop = asyncio.get_running_loop()
-        sent = loop.time()
-        await asyncio.wait({reply}, timeout=timeout)  # (a late reply still pairs with it)
-        if not reply.done() and loop.time() - sent - timeout > STALLED:
-            # This process did not run meanwhile (stopped, its node hung, the GIL held): the
-            # reply may be waiting unread. The scheduler gets the timeout again, from now (a
-            # rank that rank 0 gave up and that ran again stops its workers meanwhile:
-            # tests/test_hung.py saw this error's traceback first).
-            await asyncio.wait({reply}, timeout=timeout)
-        if not reply.done():
-            raise OSError(f"no heartbeat reply from the scheduler within {timeout} s")
+        deadline, stalled, extended = loop.time() + timeout, False, False
+        while not reply.done():  # (a late reply still pairs with it)
+            now = loop.time()
+            if now >= deadline:
+                if not stalled or extended:
+                    raise OSError(f"no heartbeat reply from the scheduler within {timeout} s")
+                # This process did not run for part of the wait (stopped, its node hung, the
+                # GIL held): the reply may be waiting unread. The scheduler gets the timeout
+                # again, from now (a rank that rank 0 gave up and that ran again stops its
+                # workers meanwhile: tests/test_hung.py saw this error's traceback first). In
+                # steps, so that a stall which ends just before the deadline counts too (the
+                # timer then fires on time: a CI run, with hpc.hung-timeout and this timeout
+                # both 30 s).
+                deadline, extended = now + timeout, True
+                continue
+            step = min(LOOK_EVERY, deadline - now)
+            await asyncio.wait({reply}, timeout=step)
+            stalled = stalled or loop.time() - now - step > STALLED
         return reply.result()
 
     def _on_offer(self) -> None:
