@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from distributed import Scheduler
+from distributed.diagnostics.plugin import SchedulerPlugin
 
 from . import PER_TURN, log_summary, many_workers
 
@@ -48,6 +49,7 @@ def close_workers(scheduler: Scheduler) -> asyncio.Task[None]:
     log_summary.mute("tls-refused")
     if isinstance(scheduler.workers, many_workers.Workers):
         scheduler.workers.ending = True
+    scheduler.add_plugin(_CloseLateArrivals(), name="dask-hpc-close-late-arrivals")
 
     async def in_batches() -> None:
         addresses = list(scheduler.workers)
@@ -57,3 +59,16 @@ def close_workers(scheduler: Scheduler) -> asyncio.Task[None]:
             await asyncio.sleep(0)
 
     return asyncio.ensure_future(in_batches())
+
+
+class _CloseLateArrivals(SchedulerPlugin):
+    """A worker that registers once the workers are being closed is closed on arrival.
+
+    Its restart was under way (its last task killed it), so the list of workers to close did
+    not hold it: without this it stayed, and its rank waited out the leave timeout for it
+    (seen: a job that ended right after a crash, ~10 s more).
+    """
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        # Its stream is made before plugins hear of it; what is sent goes once it starts.
+        scheduler.close_worker(worker)

@@ -73,9 +73,7 @@ class NannyWatch:
         self.close_reason = ""
         self.failed_starts = 0  # worker processes in a row that died before connecting
         self.last_exit: int | None = None  # the exit code of its last worker process
-        self._starting = 0  # starts under way (Dask may begin one before the last returned)
-        self._started = asyncio.Event()  # set while none is under way
-        self._started.set()
+        self._one_start = asyncio.Lock()  # Dask's starts of a worker process, one at a time
         self._tasks: set[asyncio.Task[Any]] = set()
         self._instantiate = nanny.instantiate
         self._on_worker_exit = nanny._on_worker_exit
@@ -103,22 +101,27 @@ class NannyWatch:
         return self.registered.exists()
 
     async def instantiate(self) -> Status:
-        """Start a worker process (Dask's own start)."""
-        self.registered.unlink(missing_ok=True)
-        self._starting += 1
-        self._started.clear()
+        """Start a worker process (Dask's own start) once the last start has returned.
+
+        Dask restarts a worker killed by its task at once, even when the start that brought
+        it up still polls for its 'connected' message (the task came first). That old start
+        then polls the new start's status and queue, takes and drops the new worker's message,
+        and both wait out the death timeout: Dask logs 'Timed out connecting Nanny' and an
+        AssertionError traceback, and its Nanny can no longer close (distributed 2026.7.1,
+        plain ``dask worker`` too: 3 rounds of tasks that kill their worker, then 15 s idle
+        with --death-timeout 10). One at a time, the old start sees its process stopped within
+        Dask's 50 ms poll and returns before the new one begins.
+        """
         try:
-            return await self._instantiate()
+            async with self._one_start:
+                self.registered.unlink(missing_ok=True)
+                return await self._instantiate()
         except asyncio.CancelledError:
             if self.nanny.status not in _CLOSING:
                 raise
             # Closed while it restarted a worker (the cluster ended right after a crash):
             # not an error. Raised on, Dask would log it with a traceback.
             return Status.closed
-        finally:
-            self._starting -= 1
-            if not self._starting:
-                self._started.set()
 
     async def on_worker_exit(self, exitcode: int) -> None:
         """The worker process ended: say why, then let the Nanny restart it (or give up)."""
@@ -160,7 +163,8 @@ class NannyWatch:
     async def _give_up(self) -> None:
         # Not awaited by on_worker_exit: Nanny.close waits for that background task to end. A
         # start still under way (its process already dead) returns first, so it is not cancelled.
-        await self._started.wait()
+        async with self._one_start:
+            pass
         await self.nanny.close(reason=self.close_reason)
 
     def close_gracefully(self, reason: str = "nanny-close-gracefully") -> None:
