@@ -38,6 +38,7 @@ FILES = [
     "tests/test_sends.py",
     "tests/test_many_dependencies.py",
     "tests/test_removals.py",
+    "tests/test_closing.py",
     *(
         f"tests/test_scale.py::{name}"  # its in-process ones; the others start 2,000 workers
         for name in (
