@@ -256,8 +256,12 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
         raise RuntimeError(f"{scenario}: the scheduler's probe wrote nothing:\n"
                            + dump(launch.lines))  # fmt: skip
     probe = json.loads(faults.read_text())
+    # COMMAND's end as COMMAND itself timed it (just before it closes its client and exits):
+    # removals from then on are the cluster's shutdown. Not the moment this process read rank
+    # 0's "command exited" line: on a loaded machine that came seconds after the shutdown had
+    # removed 11 of 18 healthy workers (a clean-clone run, 2026-12-01).
     command_exit = next((t for t, line in launch.lines if "command exited" in line), None)
-    end = command_exit or max(ends.values())  # removals from then on are the cluster's shutdown
+    end = job.get("end") or command_exit or max(ends.values())
     kill = fault.at.get("fault")  # the moment of the SIGKILL (or the hang's SIGSTOP)
     before_end = [r for r in probe["removals"] if r[0] < end]
     gone = [(t, why) for t, name, why, _ in before_end if name in special_names]
@@ -292,7 +296,8 @@ def run_scenario(scenario: str, opts: argparse.Namespace, tmp: Path) -> dict:
     busiest_by_phase = {p: 0.0 for p in PHASES}  # the most loop-thread CPU in a stall
     for _, thread_cpu, _, phase, _ in stalls:
         busiest_by_phase[phase] = max(busiest_by_phase[phase], thread_cpu)
-    said = [line for t, line in launch.lines if kill is not None and kill <= t < end]
+    said_end = command_exit or end  # rank 0's lines are timed as this process read them
+    said = [line for t, line in launch.lines if kill is not None and kill <= t < said_end]
     own = [line for line in said if line.startswith("start-cluster")]
     said = own + [line for line in said if not line.startswith("start-cluster")]
     progress = [line for t, line in launch.lines
