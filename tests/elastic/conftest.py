@@ -17,6 +17,7 @@ test as the Slurm's are, and carry the tag (flux batch passes the environment on
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -51,7 +52,8 @@ def elastic_slurm() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         unwatch_slurm_jobs(cluster)
-        cluster.stop()
+        cluster.stop()  # raises if a daemon survives (its logs are then kept under base)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture

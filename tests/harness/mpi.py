@@ -8,6 +8,7 @@ Open MPI with a hostfile of made-up names and ``bin/fake-rsh`` as ``plm_rsh_agen
 
 from __future__ import annotations
 
+import functools
 import os
 import tempfile
 from collections.abc import Sequence
@@ -34,6 +35,12 @@ def node_names(nodes: int, prefix: str = "node") -> list[str]:
     return [f"{prefix}{i + 1}" for i in range(nodes)]
 
 
+@functools.cache
+def _hostfile_dir() -> tempfile.TemporaryDirectory:
+    """A directory of this process's own for made-up hostfiles, removed when it exits."""
+    return tempfile.TemporaryDirectory(prefix="dask-hpc-hostfiles-")
+
+
 def write_hostfile(
     hosts: Sequence[str],
     path: str | os.PathLike[str] | None = None,
@@ -41,7 +48,7 @@ def write_hostfile(
 ) -> Path:
     """Write one line per host (``host slots=N`` when ``slots``); return the path."""
     if path is None:
-        fd, name = tempfile.mkstemp(prefix="hostfile-", dir=None)
+        fd, name = tempfile.mkstemp(prefix="hostfile-", dir=_hostfile_dir().name)
         os.close(fd)
         path = name
     lines = [f"{h} slots={slots}" if slots else h for h in hosts]
