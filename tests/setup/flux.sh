@@ -52,8 +52,12 @@ flock 9
 # -O1 and no debug information: the build's CPU is the install's longest part on a fresh
 # machine (make -j2, nothing else running: 127 CPU s at autoconf's "-g -O2", 110 at -O2, 88 at
 # -O1, 71 at -O0; 2026-11-30), and the brokers' own CPU in the whole suite is a few seconds.
+# --disable-static: libtool otherwise compiles every library source twice (for a .so and a .a),
+# and Flux installs no static library anyway (its link flags say --disable-static): make -j2 at
+# -O1, 94 -> 67 CPU s (2026-12-01).
 CFLAGS_FLUX="-O1"
-want="flux-core $VERSION $SHA256 CFLAGS=$CFLAGS_FLUX"
+CONFIGURE_FLUX=(--disable-docs --disable-static)
+want="flux-core $VERSION $SHA256 CFLAGS=$CFLAGS_FLUX ${CONFIGURE_FLUX[*]}"
 if [ -x "$PREFIX/bin/flux" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   echo "flux: ok ($PREFIX/bin/flux, cached)"
   exit 0
@@ -67,7 +71,7 @@ tar -xzf "$TARBALL" -C "$build"
 rm -f "$STAMP"
 (
   cd "$build/flux-core-$VERSION"
-  ./configure -q --prefix="$PREFIX" --disable-docs PYTHON=/usr/bin/python3 \
+  ./configure -q --prefix="$PREFIX" "${CONFIGURE_FLUX[@]}" PYTHON=/usr/bin/python3 \
     CFLAGS="$CFLAGS_FLUX" >"$build/configure.log" 2>&1 \
     || { tail -n 40 "$build/configure.log" >&2; exit 1; }
   make -s -j"$(nproc)" >"$build/make.log" 2>&1 || { tail -n 60 "$build/make.log" >&2; exit 1; }
