@@ -20,7 +20,6 @@ here is emulated.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import tempfile
 import time
@@ -68,8 +67,7 @@ def perlmutter_slurm(tmp_path: Path):  # noqa: ANN201
     try:
         yield cluster
     finally:
-        cluster.stop()  # raises if a daemon survives
-        shutil.rmtree(cluster.root, ignore_errors=True)
+        cluster.stop_and_remove()
 
 
 def two_ranks_job(archive: Path, tmp_path: Path, code: str) -> str:

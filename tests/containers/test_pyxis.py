@@ -16,7 +16,6 @@ has them in itself. This kernel runs every step (unprivileged user namespaces: E
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -61,8 +60,7 @@ def pyxis_cluster(runtime: Path) -> Iterator[SlurmCluster]:
     try:
         yield cluster
     finally:
-        cluster.stop()  # raises if a daemon survives
-        shutil.rmtree(cluster.root, ignore_errors=True)
+        cluster.stop_and_remove()
 
 
 @pytest.fixture

@@ -17,7 +17,6 @@ test as the Slurm's are, and carry the tag (flux batch passes the environment on
 from __future__ import annotations
 
 import os
-import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -52,8 +51,7 @@ def elastic_slurm() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         unwatch_slurm_jobs(cluster)
-        cluster.stop()  # raises if a daemon survives (its logs are then kept under base)
-        shutil.rmtree(base, ignore_errors=True)
+        cluster.stop_and_remove()
 
 
 @pytest.fixture

@@ -184,8 +184,7 @@ def slurm_cluster() -> Iterator[SlurmCluster]:
         yield cluster
     finally:
         _SESSION_CLUSTER.remove(cluster)
-        cluster.stop()  # raises if a daemon survives (its logs are then kept under base)
-        shutil.rmtree(base, ignore_errors=True)
+        cluster.stop_and_remove()
 
 
 @pytest.fixture

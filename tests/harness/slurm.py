@@ -308,6 +308,12 @@ class SlurmCluster:
                 self.started = False
                 self.shutdown_seconds = time.monotonic() - t0
 
+    def stop_and_remove(self, timeout: float = 30.0) -> None:
+        """``stop``, then remove ``root`` (a temporary directory of the cluster's own); when a
+        daemon survives, ``stop`` raises and ``root`` stays, with the daemons' logs."""
+        self.stop(timeout)
+        shutil.rmtree(self.root, ignore_errors=True)
+
     def _read_pids_best_effort(self) -> list[int]:
         pids = []
         for f in self._pidfiles():
