@@ -167,11 +167,23 @@ def ansible_config(workdir: Path, config: str = "checkout") -> Path:
     return cfg
 
 
+def controller_remote_tmp() -> None:
+    """The controller's ~/.ansible/tmp (mode 0700), as on a controller that has run Ansible
+    before. The role's controller-side modules (get_url, delegated to localhost) need it; on a
+    fresh machine the first of them makes it and prints Ansible's "Module remote_tmp ... did
+    not exist" warning, which the converge tests refuse: which run was first depended on the
+    order of the run's tests (a fresh CI machine's run, 2026-12-01). An admin sees that
+    warning once, on a controller's first run."""
+    for private in (Path.home() / ".ansible", Path.home() / ".ansible/tmp"):
+        private.mkdir(mode=0o700, exist_ok=True)
+
+
 def ansible_env(workdir: Path, core: str = "newest", config: str = "checkout") -> dict[str, str]:
     """Environment for ansible-playbook: ansible-core ``core`` ("2.17" or "newest"), the
     ``config`` ansible.cfg, our collection path, no colours, the controller's cache (built
     wheel, fetched packages) inside workdir."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(HOST_ONLY_ENV)}
+    controller_remote_tmp()
     env.update(
         ANSIBLE_CONFIG=str(ansible_config(workdir, config)),
         ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS),
