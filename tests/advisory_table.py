@@ -151,7 +151,7 @@ def requirement_files(names: set[str], root: Path = ROOT) -> list[Declared]:
 
 def pins(names: set[str], root: Path = ROOT) -> list[Declared]:
     """Pins in tests/setup, ansible/ and containers/: ``name<op>version`` anywhere, and a bare
-    name among a pip command's arguments (unbounded)."""
+    name among the arguments of a pip install or of tests/setup's uv_install (unbounded)."""
     found = []
     for sub in PIN_DIRS:
         for path in sorted(p for p in (root / sub).rglob("*") if p.is_file()):
@@ -166,7 +166,7 @@ def pins(names: set[str], root: Path = ROOT) -> list[Declared]:
                     for m in re.finditer(ranged, line, re.I):
                         found.append(Declared(name, SpecifierSet(m.group(1)), None, where))
                     bare = rf"(?<![\w.$/-]){pat}(?=[\s'\"]|$)"
-                    if re.search(r"\bpip3?\b.*\binstall\b", line) and re.search(bare, line, re.I):
+                    if re.search(r"\bpip3?\b.*\binstall\b|\buv_install\b", line) and re.search(bare, line, re.I):
                         found.append(Declared(name, SpecifierSet(), None, where))
     return found
 

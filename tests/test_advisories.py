@@ -118,10 +118,13 @@ def test_spack_versions_read_as_pep440(spack: str, pep440: str) -> None:
 def test_an_unbounded_or_affected_declaration_is_found(tmp_path) -> None:
     """The scan itself: a copy of the repository's layout with a bare and an affected pin."""
     (tmp_path / "tests" / "setup").mkdir(parents=True)
-    (tmp_path / "tests" / "setup" / "x.sh").write_text("pip install -q tornado 'bokeh==3.1.0'\n")
+    (tmp_path / "tests" / "setup" / "x.sh").write_text(
+        "pip install -q tornado 'bokeh==3.1.0'\nuv_install \"$venv/bin/python\" -q cryptography\n"
+    )
     (tmp_path / "ansible").mkdir()
     (tmp_path / "containers").mkdir()
-    decls = pins({"tornado", "bokeh"}, tmp_path)
+    decls = pins({"tornado", "bokeh", "cryptography"}, tmp_path)
     problems = _problems(decls)
     assert any("tornado is unbounded below" in p for p in problems), problems
     assert any("bokeh==3.1.0 admits" in p for p in problems), problems
+    assert any("x.sh:2: cryptography is unbounded below" in p for p in problems), problems

@@ -52,8 +52,9 @@ if ! "$core217/bin/ansible-playbook" --version 2>/dev/null | grep -q '^ansible-p
   log "venv with ansible-core $ANSIBLE_CORE_DEEPOPS"
   rm -rf "$core217"
   python3 -m venv "$core217"
-  "$core217/bin/python" -m pip install -q --disable-pip-version-check "ansible-core==$ANSIBLE_CORE_DEEPOPS" \
-    2>&1 | { grep -v 'is ignored' >&2 || true; }
+  # shellcheck source=uv_install.sh
+  . "$here/uv_install.sh"
+  uv_install "$core217/bin/python" -q "ansible-core==$ANSIBLE_CORE_DEEPOPS"
 fi
 
 # --- community.general (chroot connection) ----------------------------------------------------

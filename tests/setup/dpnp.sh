@@ -44,8 +44,9 @@ if [ -x "$VENV/bin/start-cluster" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = 
   exit 0
 fi
 rm -f "$STAMP"
-pip=("$VENV/bin/python" -m pip install -q --disable-pip-version-check)
-"${pip[@]}" "${PINS[@]}"
+# shellcheck source=uv_install.sh
+. "$repo/tests/setup/uv_install.sh"
+uv_install "$VENV/bin/python" -q "${PINS[@]}"
 # dask-hpc itself, for the venv's own start-cluster (its dependencies come from the suite's).
-"${pip[@]}" --no-deps -e "$repo"
+uv_install "$VENV/bin/python" -q --no-deps -e "$repo"
 echo "$want" >"$STAMP"

@@ -34,7 +34,9 @@ fi
 rm -f "$STAMP"
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 # numpy and pandas: the tests' jobs use them (examples/pi.py, the forkserver preload test)
-"$VENV/bin/python" -m pip install -q --upgrade --disable-pip-version-check -e "$repo" \
+# shellcheck source=uv_install.sh
+. "$repo/tests/setup/uv_install.sh"
+uv_install "$VENV/bin/python" -q --upgrade -e "$repo" \
   "dask[distributed]$wanted" "distributed$wanted" numpy pandas "${TOOLS[@]}"
 echo "$want" >"$STAMP"
 "$VENV/bin/python" -c 'import distributed; print("newest_dask.sh: distributed", distributed.__version__)'

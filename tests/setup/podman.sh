@@ -105,7 +105,9 @@ step "sha256 and unpack"
 # Its setup.py runs `make setuptools-build_py`, a target its Makefile lacks: installed without
 # that step (the target would only have built nothing; `make build` says "Nothing to do").
 printf 'setuptools-build_py:\n\t@true\n' >>"$build/podman-hpc-$VERSION/Makefile"
-"$PREFIX/venv/bin/pip" install -q --disable-pip-version-check "$build/podman-hpc-$VERSION" \
+# shellcheck source=uv_install.sh
+. "$repo/tests/setup/uv_install.sh"
+uv_install "$PREFIX/venv/bin/python" -q "$build/podman-hpc-$VERSION" \
   >"$build/pip.log" 2>&1 || { tail -n 30 "$build/pip.log" >&2; exit 1; }
 step "podman-hpc $VERSION and its Python packages (click, pyyaml, toml) in $PREFIX/venv"
 static_mksquashfs "$build/squashfs" "$PREFIX/mksquashfs.static"

@@ -16,10 +16,9 @@ if [ ! -x /usr/bin/python3 ]; then
   exit 1
 fi
 [ -x "$VENV/bin/python" ] || /usr/bin/python3 -m venv "$VENV"
-# (the machine's pip configuration names local indexes that lack some packages: one warning
-# each, left out; pip's own status stands under pipefail)
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt \
-  -e '.[test]' -e ./deploy 2>&1 | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
+# shellcheck source=uv_install.sh
+. tests/setup/uv_install.sh
+uv_install "$VENV/bin/python" -q -c constraints.txt -e '.[test]' -e ./deploy
 # pip compiles an installed package's modules; an editable install's stay source. Where
 # PYTHONDONTWRITEBYTECODE is set (CI's environment sets it) no process writes their bytecode, so
 # each one that imports them compiled them again: compiled once here, and read by every test's

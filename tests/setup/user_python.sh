@@ -29,9 +29,10 @@ if [ "$(cat "$USER_PYTHON/.dask-hpc-stamp" 2>/dev/null)" = "$want" ]; then
 fi
 rm -rf "$USER_PYTHON"
 log="$CACHE/.user-python.log"
+# shellcheck source=uv_install.sh
+. "$repo/tests/setup/uv_install.sh"
 (umask 022 && /usr/bin/python3 -m venv "$USER_PYTHON" &&
-  "$USER_PYTHON/bin/pip" install -q --disable-pip-version-check -c "$repo/constraints.txt" \
-    "$repo") >"$log" 2>&1 \
+  uv_install "$USER_PYTHON/bin/python" -q -c "$repo/constraints.txt" "$repo") >"$log" 2>&1 \
   || { tail -n 30 "$log" >&2; echo "user_python: $USER_PYTHON did not install" >&2; exit 1; }
 echo "$want" >"$USER_PYTHON/.dask-hpc-stamp"
 echo "user_python: $USER_PYTHON: $((SECONDS - t)) s"
