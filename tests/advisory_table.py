@@ -166,7 +166,8 @@ def pins(names: set[str], root: Path = ROOT) -> list[Declared]:
                     for m in re.finditer(ranged, line, re.I):
                         found.append(Declared(name, SpecifierSet(m.group(1)), None, where))
                     bare = rf"(?<![\w.$/-]){pat}(?=[\s'\"]|$)"
-                    if re.search(r"\bpip3?\b.*\binstall\b|\buv_install\b", line) and re.search(bare, line, re.I):
+                    installs = re.search(r"\bpip3?\b.*\binstall\b|\buv_install\b", line)
+                    if installs and re.search(bare, line, re.I):
                         found.append(Declared(name, SpecifierSet(), None, where))
     return found
 
