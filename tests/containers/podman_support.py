@@ -115,9 +115,14 @@ def rootless_leftovers(uid: int) -> list[str]:
     process (``catatonit -P``, which holds the user's namespace and which nothing ends) and its
     default run and storage directories (``/tmp/podman-run-UID``, podman-hpc's
     ``/tmp/UID_hpc`` and ``/tmp/containers-user-UID``: names another user of the node can make
-    first)."""
+    first), and podman-hpc's squashed-image store where SQUASH_DIR and SCRATCH are unset
+    (``/tmp/storage``, which every podman-hpc command makes if missing and reads if there: a
+    second user's job made it, 2026-12-01, in the removal of its store)."""
     defaults = (f"/tmp/podman-run-{uid}", f"/tmp/{uid}_hpc", f"/tmp/containers-user-{uid}")
     found = [path for path in defaults if Path(path).exists()]
+    squash = Path("/tmp/storage")
+    if squash.exists() and squash.stat().st_uid == uid:
+        found.append(str(squash))
     for entry in Path("/proc").iterdir():
         try:
             if not entry.name.isdigit() or entry.stat().st_uid != uid:

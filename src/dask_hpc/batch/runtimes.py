@@ -207,7 +207,7 @@ dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipef
   rm -rf -- "$1" 2>/dev/null && return
   run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || return
   TMPDIR=$run PODMANHPC_RUN_ROOT=$run/run PODMANHPC_GRAPH_ROOT=$run/graph \\
-    PODMANHPC_CONFIG_HOME=$run/config podman-hpc unshare rm -rf -- "$1"
+    PODMANHPC_CONFIG_HOME=$run/config SQUASH_DIR=$run/squash podman-hpc unshare rm -rf -- "$1"
   dask_hpc_podman_pause "$run"
   rm -rf -- "$run"
 }"""
