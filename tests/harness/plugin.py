@@ -87,6 +87,12 @@ def test_tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     monkeypatch.setenv(TAG_VAR, tag)
     monkeypatch.setenv("TMPDIR", tmpdir)
     monkeypatch.setenv(TEST_TMP_VAR, tmpdir)
+    # and the Dask workers the in-process tests start: Python read TMPDIR once, before, so their
+    # scratch space was /tmp/dask-scratch-space (left after a whole run, 2026-12-01). (Not
+    # tempfile.tempdir: a session fixture first made in this test would make its directory here.)
+    import dask.config
+
+    monkeypatch.setitem(dask.config.config, "temporary-directory", tmpdir)
     yield tag
     monkeypatch.delenv(TAG_VAR, raising=False)
     problems = []
