@@ -166,7 +166,9 @@ def pins(names: set[str], root: Path = ROOT) -> list[Declared]:
                     for m in re.finditer(ranged, line, re.I):
                         found.append(Declared(name, SpecifierSet(m.group(1)), None, where))
                     bare = rf"(?<![\w.$/-]){pat}(?=[\s'\"]|$)"
-                    installs = re.search(r"\bpip3?\b.*\binstall\b|\buv_install\b", line)
+                    installs = not line.lstrip().startswith("#") and re.search(
+                        r"\bpip3?\b.*\binstall\b|\buv_install\b", line
+                    )  # a command's, not a comment's (uv_install.sh's says "PYTHON -m pip install")
                     if installs and re.search(bare, line, re.I):
                         found.append(Declared(name, SpecifierSet(), None, where))
     return found

@@ -120,6 +120,7 @@ def test_an_unbounded_or_affected_declaration_is_found(tmp_path) -> None:
     (tmp_path / "tests" / "setup").mkdir(parents=True)
     (tmp_path / "tests" / "setup" / "x.sh").write_text(
         "pip install -q tornado 'bokeh==3.1.0'\nuv_install \"$venv/bin/python\" -q cryptography\n"
+        "# uv_install PYTHON ARG...: PYTHON -m pip install tornado, in a comment\n"
     )
     (tmp_path / "ansible").mkdir()
     (tmp_path / "containers").mkdir()
@@ -128,3 +129,4 @@ def test_an_unbounded_or_affected_declaration_is_found(tmp_path) -> None:
     assert any("tornado is unbounded below" in p for p in problems), problems
     assert any("bokeh==3.1.0 admits" in p for p in problems), problems
     assert any("x.sh:2: cryptography is unbounded below" in p for p in problems), problems
+    assert not any("x.sh:3" in p for p in problems), problems  # a comment declares nothing

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import UsageError, stdout_closed
-from ..guard import private
+from ..guard import private_files
 from ..guard.images import ImageError
 
 if TYPE_CHECKING:
@@ -214,7 +214,7 @@ def write(args: argparse.Namespace, command: Sequence[str]) -> int:
     if args.output:  # a new file renamed over it: never through a link another user planted
         output = Path(args.output)
         try:
-            private.write_file(output, text.encode(), mode=0o755)
+            private_files.write_file(output, text.encode(), mode=0o755)
         except OSError as error:  # no such directory, /proc, a read-only file system
             raise UsageError(
                 f"--output {output}: cannot write there ({error.strerror or error})",

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..batch.rules import check_executable, retired_warning
 from ..errors import UsageError
-from ..guard import private
+from ..guard import private_files
 from ..guard.connection import read_scheduler_file
 from ..guard.images import ImageError
 from ..guard.links import hint, links, private_stream, shown
@@ -50,7 +50,7 @@ def up(args: argparse.Namespace, command: list[str]) -> int:
     try:
         cluster.remote_control = True
         if link is not None:
-            private.link(link, cluster.scheduler_file)
+            private_files.link(link, cluster.scheduler_file)
         if args.adapt:
             cluster.adapt(minimum_jobs=args.adapt[0], maximum_jobs=args.adapt[1])
         elif args.jobs:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..batch.commands import BatchSystem, State
 from ..errors import UsageError
-from ..guard import private
+from ..guard import private_files
 
 COMMAND_TIMEOUT = 60.0  # a batch command that takes longer is stuck (a hung controller)
 
@@ -96,7 +96,7 @@ class BatchClient:
     async def submit(self, job: Job, text: str) -> str:
         """Submit ``text`` as ``job``; its id, or a UsageError with the batch system's words."""
         path = self.script_dir / f"{job.name}.sh"
-        private.write_file(path, text.encode(), mode=0o700)
+        private_files.write_file(path, text.encode(), mode=0o700)
         argv, use_stdin = self.system.submit_argv(str(path))
         stdin = text.encode() if use_stdin else None
         code, out, err = await run(argv, stdin=stdin, env=self.system.command_env())

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..batch.commands import BatchSystem
 from ..errors import UsageError
-from ..guard import private
+from ..guard import private_files
 from .jobs import BatchClient, Job
 from .pools import Pool
 
@@ -92,13 +92,13 @@ def save(cluster: Any, text_before: str | None) -> str:
     """Write ``cluster.json`` if it changed; the text written (or kept)."""
     text = json.dumps(snapshot(cluster), indent=1, sort_keys=True)
     if text != text_before:
-        private.write_file(cluster.directory / STATE, text.encode())
+        private_files.write_file(cluster.directory / STATE, text.encode())
     return text
 
 
 def load(directory: Path) -> dict[str, Any]:
     try:  # the owner's alone: another user's would name the jobs to cancel
-        return json.loads(private.read_trusted(directory / STATE, "cluster state"))
+        return json.loads(private_files.read_trusted(directory / STATE, "cluster state"))
     except (OSError, ValueError):
         raise UsageError(
             f"no elastic cluster's state in {directory}", "give the scheduler file it printed"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from . import private
+from . import private_files
 from .security import TlsFiles, tls_env
 
 KEY = "dask_hpc"
@@ -126,19 +126,20 @@ def link_host(host: str) -> str:
 def write_scheduler_file(path: Path, info: SchedulerInfo) -> None:
     """Publish ``info`` atomically (readers see the whole file or none), owner-only: it holds
     the dashboard's and the roll call's tokens."""
-    private.write_file(path, json.dumps(info.to_json(), indent=2).encode())
+    private_files.write_file(path, json.dumps(info.to_json(), indent=2).encode())
 
 
 def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerInfo | None:
     """The published info, or None if absent, unreadable or from another launch.
 
     Only a file the reader could have written is read, and its certificates likewise
-    (``private.read_trusted``): a scheduler file of another user's (its address, its CA) would
-    connect our workers to a scheduler that runs its code as us. Anything else is an
+    (``private_files.read_trusted``): a scheduler file of another user's (its address, its CA)
+    would connect our workers to a scheduler that runs its code as us. Anything else is an
     :class:`~dask_hpc.guard.private.UnsafePath`.
     """
     try:
-        info = SchedulerInfo.from_json(json.loads(private.read_trusted(path, "scheduler file")))
+        text = private_files.read_trusted(path, "scheduler file")
+        info = SchedulerInfo.from_json(json.loads(text))
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if launch_id is not None and info.launch_id != launch_id:
@@ -146,7 +147,7 @@ def read_scheduler_file(path: Path, launch_id: str | None = None) -> SchedulerIn
     if info.tls:
         try:
             for file in info.tls.files():
-                private.read_trusted(file, "the cluster's TLS file")
+                private_files.read_trusted(file, "the cluster's TLS file")
         except OSError:
             return None  # not (yet) there
     return info

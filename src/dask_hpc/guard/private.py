@@ -13,6 +13,8 @@ Every path dask-hpc creates or trusts there goes through this module:
   can write, in a directory where nobody else can replace it (ours or root's, and not writable
   by others unless sticky), opened with ``O_NOFOLLOW``.
 
+The directories and the checks live here, the files' reads and writes in :mod:`.private_files`.
+
 A check that fails is one :class:`UnsafePath` line naming the path, what is wrong and the fix.
 """
 
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import tempfile
 from collections.abc import Collection, Iterator
@@ -40,7 +41,7 @@ class UnsafePath(UsageError):
     """A path another user could have made or could change: refused (exit status 2)."""
 
 
-def _owner(st: os.stat_result) -> str:
+def owner(st: os.stat_result) -> str:
     try:
         import pwd
 
@@ -67,7 +68,7 @@ def directory_problem(st: os.stat_result, *, private: bool) -> str | None:
     if not stat.S_ISDIR(st.st_mode):
         return "is not a directory"
     if st.st_uid != os.geteuid():
-        return f"belongs to {_owner(st)}, not to you"
+        return f"belongs to {owner(st)}, not to you"
     if stat.S_IMODE(st.st_mode) & (OTHERS_ANY if private else OTHERS_WRITE):
         return f"is open to other users (mode {_mode(st)})"
     return None
@@ -82,7 +83,7 @@ def parent_problem(
         return "is not a directory"
     seen_as_root = path is not None and namespaces.system_sticky(path, st, scratch)
     if st.st_uid not in (os.geteuid(), 0) and not seen_as_root:
-        return f"belongs to {_owner(st)}, who could replace what is put there"
+        return f"belongs to {owner(st)}, who could replace what is put there"
     if st.st_mode & OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
         return (
             f"can be written by other users and is not sticky (mode {_mode(st)}): they could "
@@ -141,7 +142,7 @@ def _step_problem(
     """(why others could change ``at``, or None; whether only ``group``'s trust allowed it)."""
     shared = st.st_uid not in (os.geteuid(), 0) and not namespaces.system_sticky(at, st)
     if shared and (group is None or not group.has_member(st.st_uid)):
-        return f"{at} belongs to {_owner(st)}", False
+        return f"{at} belongs to {owner(st)}", False
     if not last and st.st_mode & stat.S_ISVTX:
         return None, shared  # sticky: nobody else can rename what is in it
     if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and group is None):
@@ -173,10 +174,10 @@ def _walk(path: str | os.PathLike[str], group: TrustedGroup | None) -> tuple[str
         if stat.S_ISLNK(st.st_mode):
             hops += 1
             if hops > MAX_HOPS:
-                return f"{done} is a symbolic link of {_owner(st)}'s", shared
+                return f"{done} is a symbolic link of {owner(st)}'s", shared
             if st.st_uid not in (os.geteuid(), 0):
                 if group is None or not group.has_member(st.st_uid):
-                    return f"{done} is a symbolic link of {_owner(st)}'s", shared
+                    return f"{done} is a symbolic link of {owner(st)}'s", shared
                 shared = True
             target = os.readlink(done)
             pending = [p for p in target.split("/") if p] + pending
@@ -225,7 +226,7 @@ def ensure_parent(
 
 
 @contextmanager
-def _open_directory(path: Path, follow: bool = False) -> Iterator[int]:
+def open_directory(path: Path, follow: bool = False) -> Iterator[int]:
     flags = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     fd = os.open(path, flags)
     try:
@@ -250,7 +251,7 @@ def own_directory(path: Path, what: str, fix: str, *, private: bool = True) -> P
     except OSError as error:
         raise UnsafePath(f"{what} {path} cannot be made ({error.strerror.lower()})", fix) from None
     try:
-        with _open_directory(path) as fd:
+        with open_directory(path) as fd:
             st = os.fstat(fd)
             problem = directory_problem(st, private=private)
             if problem is None and made:
@@ -308,105 +309,12 @@ def socket_directory(prefix: str, longest_name: int) -> Path:
     return path
 
 
-def write_file(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write ``path`` atomically (readers see all of it or none): a new file of a random name
-    (``O_EXCL``) beside it, renamed over it. Its directory must be safe (:func:`check_parent`)."""
-    check_parent(path.parent, "directory", f"put {path.name} in a directory only you can write")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), mode)
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException as error:
-        os.unlink(tmp)
-        if isinstance(error, PermissionError):  # a sticky directory: another user's file
-            raise UnsafePath(
-                f"{path} exists and belongs to another user", "use another name or directory"
-            ) from None
-        raise
-
-
 def file_problem(st: os.stat_result) -> str | None:
     """What makes a file untrustworthy: not a regular file, not ours, writable by others."""
     if not stat.S_ISREG(st.st_mode):
         return "is not a regular file"
     if st.st_uid != os.geteuid():
-        return f"belongs to {_owner(st)}, not to you"
+        return f"belongs to {owner(st)}, not to you"
     if st.st_mode & OTHERS_WRITE:
         return f"can be written by other users (mode {_mode(st)})"
     return None
-
-
-MAX_LINKS = 8  # symbolic links followed, each ours, before a file is refused
-
-
-def read_trusted(path: Path, what: str, _links: int = 0) -> bytes:
-    """The contents of a file only we could have written (see the module's docstring).
-
-    A symbolic link of ours, in a directory nobody else can change, is followed (``hpc-cluster
-    up --scheduler-file`` makes one); another user's is refused.
-    """
-    fix = "use the one your own cluster wrote, in a directory only you can write"
-    with _open_directory(path.parent, follow=True) as dir_fd:
-        problem = parent_problem(os.fstat(dir_fd))
-        if problem:
-            raise UnsafePath(f"the directory of {what} {path} {problem}", fix)
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-        try:
-            fd = os.open(path.name, flags, dir_fd=dir_fd)
-        except OSError as error:
-            if error.errno != errno.ELOOP:
-                raise
-            link = os.stat(path.name, dir_fd=dir_fd, follow_symlinks=False)
-            if link.st_uid != os.geteuid() or _links >= MAX_LINKS:
-                raise UnsafePath(
-                    f"{what} {path} is a symbolic link of {_owner(link)}'s", fix
-                ) from None
-            target = path.parent / os.readlink(path.name, dir_fd=dir_fd)
-            return read_trusted(target, what, _links + 1)
-    with os.fdopen(fd, "rb") as f:
-        problem = file_problem(os.fstat(f.fileno()))
-        if problem:
-            raise UnsafePath(f"{what} {path} {problem}", fix)
-        return f.read()
-
-
-def link(path: Path, target: Path) -> None:
-    """Make ``path`` a symbolic link to ``target``, replacing a file of ours there (atomically:
-    a new link of a random name, renamed over it)."""
-    check_parent(path.parent, "directory", f"put {path.name} in a directory only you can write")
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}")
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, path)
-    except OSError as error:
-        os.unlink(tmp)
-        if isinstance(error, PermissionError):
-            raise UnsafePath(
-                f"{path} exists and belongs to another user", "use another name or directory"
-            ) from None
-        raise
-
-
-def rewrite_own_file(path: Path, data: bytes) -> None:
-    """Overwrite a file we made earlier (``mktemp``): never through a symlink, a hard link, a
-    FIFO or another user's file; made (``O_EXCL``) if it is not there."""
-    flags = os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    fix = "remove it; dask-hpc writes only its own files"
-    try:
-        try:
-            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            fd = os.open(path, flags)
-    except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENXIO):  # a symlink; a FIFO nobody reads
-            raise UnsafePath(f"{path} is not a regular file", fix) from None
-        raise
-    with os.fdopen(fd, "wb") as f:
-        st = os.fstat(f.fileno())
-        problem = file_problem(st) or ("has other names (hard links)" if st.st_nlink != 1 else None)
-        if problem:
-            raise UnsafePath(f"{path} {problem}", fix)
-        f.truncate(0)
-        f.write(data)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import config
-from . import private
+from . import private, private_files
 
 TLS_ROLES = ("scheduler", "worker", "client")
 KEY_FIX = "pass --scheduler-file in a directory only you can write"
@@ -102,13 +102,13 @@ def create(directory: Path, cluster_id: str, days: int = 30) -> TlsFiles:
     )
     files = TlsFiles.in_directory(directory)
     pem = serialization.Encoding.PEM
-    private.write_file(
+    private_files.write_file(
         files.key,
         key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()),
         0o600,
     )
-    private.write_file(files.cert, cert.public_bytes(pem), 0o644)
-    private.write_file(files.ca, ca_cert.public_bytes(pem), 0o644)
+    private_files.write_file(files.cert, cert.public_bytes(pem), 0o644)
+    private_files.write_file(files.ca, ca_cert.public_bytes(pem), 0o644)
     return files
 
 

@@ -18,8 +18,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dask.utils import parse_bytes
-
 from .. import config
 from ..errors import UsageError
 from ..guard import import_path, private
@@ -182,28 +180,6 @@ def _layout(rank: launchers.RankInfo, wpn: int) -> tuple[str, int, int]:
     )
 
 
-def _memory_limit(text: str | None, node_memory: int, share: int) -> int:
-    if text is None:
-        return node_memory // share
-    try:
-        value = float(text)
-        if 0 < value <= 1:
-            return int(node_memory * value)
-        raise ValueError
-    except ValueError:
-        pass
-    try:
-        limit = parse_bytes(text)
-    except (ValueError, TypeError):
-        limit = 0
-    if limit <= 0:
-        raise UsageError(
-            f"--memory-limit {text!r} is not a memory size",
-            "write it like 16GB, 512MiB, or a fraction of the node such as 0.25",
-        )
-    return resources.check_worker_memory(limit, text, "--memory-limit")
-
-
 def _absolute(path: str | None) -> str | None:
     """``path`` from the working directory at planning (the rank works elsewhere later)."""
     return os.path.abspath(path) if path else None
@@ -336,7 +312,7 @@ def make_plan(
     options = {
         "scheduler_file": str(scheduler_file),
         "nthreads": settings.nthreads or max(1, usable // (1 if cpus.keep else wpn)),
-        "memory_limit": _memory_limit(settings.memory_limit, node.memory, wpn),
+        "memory_limit": resources.worker_memory_limit(settings.memory_limit, node.memory, wpn),
         "resources": {**({"GPU": 1} if gpu_node else {}), **(settings.resources or {})} or None,
         "local_directory": None,  # made at start: private_local_directory
         "death_timeout": settings.death_timeout or scale.start_timeout,

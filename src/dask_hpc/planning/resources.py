@@ -201,3 +201,31 @@ def check_worker_memory(value: int, text: str | int, what: str) -> int:
             f"give a unit, e.g. {bare if bare.isdigit() else 16}GB (a bare number is bytes)",
         )
     return value
+
+
+def worker_memory_limit(text: str | None, node_memory: int, share: int) -> int:
+    """A worker's memory limit in bytes: ``text`` (``--memory-limit``: a size, or a fraction of
+    the node), or the node's memory shared by ``share`` workers."""
+    if text is None:
+        return node_memory // share
+    from dask.utils import parse_bytes
+
+    from ..errors import UsageError
+
+    try:
+        value = float(text)
+        if 0 < value <= 1:
+            return int(node_memory * value)
+        raise ValueError
+    except ValueError:
+        pass
+    try:
+        limit = parse_bytes(text)
+    except (ValueError, TypeError):
+        limit = 0
+    if limit <= 0:
+        raise UsageError(
+            f"--memory-limit {text!r} is not a memory size",
+            "write it like 16GB, 512MiB, or a fraction of the node such as 0.25",
+        )
+    return check_worker_memory(limit, text, "--memory-limit")

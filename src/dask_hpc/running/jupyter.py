@@ -61,7 +61,7 @@ from pathlib import Path
 import dask.config
 
 from ..errors import say
-from ..guard import import_path, private
+from ..guard import import_path, private, private_files
 from ..guard.connection import LOOPBACK, SchedulerInfo
 from ..planning.plan import Plan
 from .children import die_with_parent
@@ -152,7 +152,7 @@ def kernel_spec(directory: Path) -> Path:
         "{connection_file}",
     ]
     body = {"argv": argv, "display_name": "Python 3 (ipykernel)", "language": "python"}
-    private.write_file(spec / "kernel.json", json.dumps(body, indent=1).encode())
+    private_files.write_file(spec / "kernel.json", json.dumps(body, indent=1).encode())
     return directory
 
 

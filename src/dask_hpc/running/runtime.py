@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import UsageError, say
-from ..guard import private
+from ..guard import private_files
 from ..planning.plan import Plan
 from . import nanny_host
 from .first_rank import FirstRank
@@ -39,7 +39,7 @@ def write_exit_status(path: str, status: int) -> None:
     """Rank 0's exit status, for a job script whose launcher does not report it (Open MPI
     with --enable-recovery exits 0 whatever its ranks' statuses)."""
     try:
-        private.rewrite_own_file(Path(path), f"{status}\n".encode())
+        private_files.rewrite_own_file(Path(path), f"{status}\n".encode())
     except UsageError as error:
         say(f"not writing the exit status: {error}")
     except OSError as error:
