@@ -35,10 +35,10 @@ uv_install() {
       fi
     ) 8>"$UV_PREFIX.lock"
   fi
+  # uv's lock files (a 0666 uv-setuptools-HASH.lock per build environment) go to TMPDIR: a
+  # directory of its own, not /tmp, where another user could make those names first
+  install -d -m 700 "$UV_PREFIX.tmp"
   local cert=${SSL_CERT_FILE:-${PIP_CERT:-}}
-  if [ -n "$cert" ]; then
-    SSL_CERT_FILE=$cert "$UV_PREFIX/bin/uv" pip install --python "$python" --compile-bytecode --link-mode copy "$@"
-  else
-    "$UV_PREFIX/bin/uv" pip install --python "$python" --compile-bytecode --link-mode copy "$@"
-  fi
+  TMPDIR="$UV_PREFIX.tmp" SSL_CERT_FILE="$cert" "$UV_PREFIX/bin/uv" pip install --python "$python" \
+    --compile-bytecode --link-mode copy "$@"
 }
