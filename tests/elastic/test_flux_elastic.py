@@ -4,13 +4,15 @@ down to none, walltime recycling, hpc-cluster, and a job Flux can never run."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import re
 import sys
 import time
 
 import pytest
-from distributed import wait
+from distributed import Scheduler, wait
+from distributed.core import Status
 from distributed.diagnostics.plugin import SchedulerPlugin
 from elastic_support import computed_twice, keep_computing, worker_names
 from harness.procs import cmdline, tagged_pids
@@ -115,14 +117,32 @@ def test_a_job_cancelled_as_its_rank_starts_leaves_nothing_past_the_ranks_budget
         return [p for p in tagged_pids(test_tag) if " -m dask_hpc cpu " in cmdline(p)]
 
     cluster = make_flux_cluster("cpu", workers_per_node=1, walltime="00:10:00")
+    held = hold_registrations(cluster.scheduler)
     cluster.scale(jobs=1)
     wait_for(ranks, 120, what="the job's rank to start")
+    # The rank's worker has asked to join and is kept waiting: it is started, not connected.
+    # (Without the hold a fast rank joined before this line: a CI run at 62.)
+    wait_for(lambda: held, 60, what="the rank's worker to ask to join")
     assert not cluster.scheduler.workers
     (job,) = cluster.jobs.values()
     cluster.close()
     assert elastic_flux.job(job.job_id)["result"] == "CANCELED"
     assert elastic_flux.active_jobs() == []
     wait_for(lambda: not ranks(), SIGNAL_BUDGET + 10, what="the cancelled rank's processes to end")
+
+
+def hold_registrations(scheduler: Scheduler) -> list[str]:
+    """Keep every worker that asks ``scheduler`` to join waiting, unanswered, until its
+    connection or the scheduler closes; returns the list of their addresses, filled as they ask."""
+    asked: list[str] = []
+
+    async def hold(comm, address: str = "", **kwargs) -> None:
+        asked.append(address)
+        while not comm.closed() and scheduler.status == Status.running:
+            await asyncio.sleep(0.1)
+
+    scheduler.handlers["register-worker"] = hold
+    return asked
 
 
 class WorkerTimes(SchedulerPlugin):
