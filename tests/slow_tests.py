@@ -55,7 +55,7 @@ SLOW = {
 # Session fixtures that take minutes: every test that uses one is slow (the first to run
 # waits for it). (directory under tests/, fixture name): why.
 SLOW_FIXTURES = {
-    ("ansible", "env"): "the role converged on debootstrap targets, every supported "
+    ("ansible", "env"): "the role converged on minbase root filesystem targets, every supported "
     "ansible-core, twice (first converge 337 s, second 168 s; 659 s of CPU)",
     ("build", "local_image"): "the local image built for real: debootstrap, wheels, "
     "apptainer build, signing (512 s beside the rest; 86 s alone)",

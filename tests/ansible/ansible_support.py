@@ -1,4 +1,4 @@
-"""Helpers for the Ansible role's tests: real ansible-playbook runs against debootstrap'd root
+"""Helpers for the Ansible role's tests: real ansible-playbook runs against minbase root
 filesystems (Debian 12, Ubuntu 22.04, Ubuntu 24.04) through the community.general chroot
 connection, and commands run inside them as on a real node.
 

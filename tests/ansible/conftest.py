@@ -1,6 +1,6 @@
 """Fixtures for the Ansible role's tests: fresh chroot targets, the playbook runs against them.
 
-Targets (each a fresh copy of a cached debootstrap tarball):
+Targets (each a fresh copy of a cached minbase root filesystem tarball, tests/setup/ansible.sh):
 - ubuntu2204, ubuntu2404: converged with no variables at all, each in its own inventory, as an
   admin runs `ansible-playbook -i inventory ansible/site.yml`; ubuntu2204's apt lists are
   emptied and stamped fresh first (the role must refresh them anyway). Debian 12 with no

@@ -1,6 +1,6 @@
 """The README's first command, run as written on stock Debian 12 and Ubuntu 24.04 Pythons.
 
-Each target is a fresh copy of the debootstrap root filesystem tests/setup/ansible.sh caches
+Each target is a fresh copy of the minbase root filesystem tests/setup/ansible.sh caches
 (minbase + python3: the distribution's own Python, externally managed). The only additions
 are the distribution's python3-venv package (what `python3 -m venv` needs there) and this
 machine's CA bundle (its HTTPS to the package index goes through a site CA).

@@ -55,8 +55,10 @@ flock 9
 # --disable-static: libtool otherwise compiles every library source twice (for a .so and a .a),
 # and Flux installs no static library anyway (its link flags say --disable-static): make -j2 at
 # -O1, 94 -> 67 CPU s (2026-12-01).
+# --disable-dependency-tracking: a build made once and never rebuilt needs no .deps files
+# (configure and make -j2, 74 -> 65 CPU s, 2026-12-01).
 CFLAGS_FLUX="-O1"
-CONFIGURE_FLUX=(--disable-docs --disable-static)
+CONFIGURE_FLUX=(--disable-docs --disable-static --disable-dependency-tracking)
 want="flux-core $VERSION $SHA256 CFLAGS=$CFLAGS_FLUX ${CONFIGURE_FLUX[*]}"
 if [ -x "$PREFIX/bin/flux" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
   echo "flux: ok ($PREFIX/bin/flux, cached)"

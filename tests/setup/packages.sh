@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Debian packages: real launchers (Open MPI, MPICH, Slurm), debootstrap for test root filesystems,
+# Debian packages: real launchers (Open MPI, MPICH, Slurm), mmdebstrap for test root filesystems
+# (debootstrap: what `invoke build` runs, and its scripts name Ubuntu's mirror),
 # sshfs and an OCI registry.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
@@ -10,7 +11,7 @@ export DEBIAN_FRONTEND=noninteractive
 # with others, needs apt-get). r-base-core: a real Rscript, which jupyter-lsp's language-server
 # detection runs (and R reads ./.Rprofile): tests/neighbour/test_jupyter_private.py.
 # python3-venv: the suite's own virtual environment (python.sh).
-need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap squashfs-tools uidmap procps
+need=(openmpi-bin mpich slurm-wlm slurm-client munge debootstrap mmdebstrap squashfs-tools uidmap procps
       iproute2 curl chromium fonts-dejavu-core sshfs openssh-server docker-registry openssl
       gpg gpgv xz-utils r-base-core python3-venv)
 missing=()
