@@ -243,7 +243,7 @@ def parse(argv: Sequence[str]) -> Settings:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``start-cluster`` console script."""
-    from .guard import import_path
+    from .guard import import_path, left_behind
     from .planning import resources
     from .planning.plan import make_plan, private_local_directory
     from .running import nanny_host
@@ -273,6 +273,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if plan.widen_cpus:  # before anything is forked: every process of the rank inherits it
             os.sched_setaffinity(0, plan.widen_cpus)
         local = private_local_directory(plan)
+        left_behind.hold(local)
+        for path in left_behind.remove_left_behind(plan.local_base):
+            plan.notes.append(f"removed {path}: a rank of yours that was killed left it there")
         # Our processes work where only the user writes: what they start (JupyterLab's
         # helpers, R, Yarn) reads startup files from its working directory. COMMAND runs in
         # plan.user_directory.
