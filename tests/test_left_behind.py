@@ -28,7 +28,9 @@ def rank_directory(base: Path, name: str, mode: int = 0o700) -> Path:
     directory.mkdir()
     directory.chmod(mode)
     (directory / "spilled").write_bytes(b"x" * 1024)
-    os.close(left_behind.hold(directory))
+    fd = left_behind.hold(directory)
+    assert fd is not None
+    os.close(fd)
     return directory
 
 
@@ -40,6 +42,7 @@ def test_only_the_users_own_unheld_rank_directories_are_removed(tmp_path: Path) 
     alive = base / "dask-hpc-alive"  # its rank (here: this process) still runs
     alive.mkdir(mode=0o700)
     lock = left_behind.hold(alive)
+    assert lock is not None
     being_made = base / "dask-hpc-new"  # mkdtemp'd, no .held yet
     being_made.mkdir(mode=0o700)
     open_to_others = rank_directory(base, "dask-hpc-open", mode=0o755)
@@ -87,3 +90,21 @@ def test_a_killed_ranks_directory_is_removed_by_the_next_rank(
     assert second.returncode == 0, second.stderr
     assert f"removed {left}: a rank of yours that was killed left it there" in second.stderr
     assert list(base.iterdir()) == []  # the old one removed, the new one removed at its end
+
+
+def test_a_file_system_without_flock_holds_nothing_and_removes_nothing(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Where ``flock`` fails (a Lustre mounted without it) the rank starts as before: no
+    ``.held``, so no later rank takes its directory as left behind."""
+    directory = tmp_path / "dask-hpc-nolock"
+    directory.mkdir(mode=0o700)
+
+    def no_flock(fd: int, operation: int) -> None:
+        raise OSError(38, "Function not implemented")
+
+    monkeypatch.setattr(left_behind.fcntl, "flock", no_flock)
+    assert left_behind.hold(directory) is None
+    assert list(directory.iterdir()) == []
+    assert left_behind.remove_left_behind(tmp_path) == []
+    assert directory.is_dir()

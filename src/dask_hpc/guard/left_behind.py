@@ -28,13 +28,19 @@ PREFIX = "dask-hpc-"
 HELD = ".held"
 
 
-def hold(directory: Path) -> int:
+def hold(directory: Path) -> int | None:
     """Mark ``directory`` in use for as long as this process, or one it forks, lives; the
     returned descriptor stays open. The lock is taken before ``.held`` appears under its name,
-    so a rank starting meanwhile never finds it free."""
+    so a rank starting meanwhile never finds it free. None where the file system has no
+    ``flock`` (a Lustre mounted without it): the directory is then never taken as left."""
     partial = directory / f"{HELD}.partial"
     fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        partial.unlink()
+        return None
     os.rename(partial, directory / HELD)
     return fd
 
