@@ -19,10 +19,9 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import stat
 from pathlib import Path
 
-from .private import open_directory
+from .private import directory_problem, open_directory
 
 PREFIX = "dask-hpc-"
 HELD = ".held"
@@ -80,8 +79,7 @@ def _take(base_fd: int, name: str) -> int | None:
     except OSError:  # a link, not a directory, gone
         return None
     try:
-        st = os.fstat(directory)
-        if st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        if directory_problem(os.fstat(directory), private=True):  # not ours alone
             return None
         lock = os.open(HELD, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=directory)
     except OSError:  # no .held, or not a file we may read
