@@ -63,6 +63,7 @@ def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
     assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
     assert set(out["owner_cookie"].values()) == {200}, out["owner_cookie"]
     assert set(out["owner_header"].values()) == {200}, out["owner_header"]
+    assert out["owner_proxy"] == 404  # past the gate: Dask's worker proxy is not served
     browser = out["browser"]
     assert browser["title"] == "Dask: Status"
     assert browser["canvases"] >= 5  # Bokeh's plots, fed through the websocket
@@ -71,3 +72,45 @@ def test_every_route_needs_the_token_and_a_browser_shows_the_status_page(
 
     run.signal(signal.SIGTERM)
     assert run.wait(60) == 128 + signal.SIGTERM, run.output()
+
+
+def test_the_scheduler_serves_dasks_routes_but_the_worker_proxy() -> None:
+    """``gated_scheduler`` (start-cluster's and HPCCluster's scheduler): the routes Dask's
+    configuration names, and one a user's configuration adds, less ``distributed.http.proxy``
+    (which forwards to any host and port), behind the token gate."""
+    import asyncio
+    import urllib.error
+    import urllib.request
+
+    import dask.config
+    import distributed  # noqa: F401  (its configuration's defaults)
+
+    from dask_hpc.guard.dashboard import gated_scheduler
+
+    def status(url: str, token: str) -> int:
+        request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status
+        except urllib.error.HTTPError as error:
+            return error.code
+
+    async def served() -> dict[str, int]:
+        routes = dask.config.get("distributed.scheduler.http.routes")
+        assert "distributed.http.proxy" in routes  # what Dask would serve
+        added = [*routes, "distributed.http.scheduler.api"]  # a user's own addition
+        with dask.config.set({"distributed.scheduler.http.routes": added}):
+            scheduler, token = gated_scheduler(
+                host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0"
+            )
+        async with scheduler:
+            base = f"http://127.0.0.1:{scheduler.http_server.port}"
+            paths = ["/health", "/api/v1", f"/proxy/{scheduler.http_server.port}/127.0.0.1/x"]
+            found = {p: await asyncio.to_thread(status, base + p, token) for p in paths}
+            found["no token"] = await asyncio.to_thread(status, base + "/health", "")
+        return found
+
+    found = asyncio.run(served())
+    assert found["/health"] == 200 and found["/api/v1"] == 200, found
+    assert found[next(p for p in found if p.startswith("/proxy/"))] == 404, found
+    assert found["no token"] == 403, found

@@ -74,6 +74,8 @@ def main() -> int:
     result["owner_cookie"] = {route: get(base + route, {"Cookie": cookie})[0] for route in ROUTES}
     authorization = {"Authorization": f"token {token}"}
     result["owner_header"] = {route: get(base + route, authorization)[0] for route in ROUTES}
+    # Dask's worker proxy, which would forward to any host and port: not served at all
+    result["owner_proxy"] = get(f"{base}/proxy/{parts.port}/127.0.0.1/status", authorization)[0]
     if len(sys.argv) > 2:
         result["browser"] = screenshot(link, sys.argv[2])
     client.close()

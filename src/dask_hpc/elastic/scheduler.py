@@ -63,15 +63,13 @@ async def start(
     dashboard_address: str,
 ) -> tuple[Scheduler, SchedulerInfo]:
     """Start the scheduler in this event loop and publish its scheduler file."""
-    scheduler = Scheduler(
+    scheduler, token = dashboard.gated_scheduler(
         host=host,
         port=0,
         protocol="tls",
         dashboard_address=dashboard_address,
         security=security_for(files),
     )
-    token = dashboard.new_token()
-    dashboard.protect(scheduler.http_server, token)  # before any request is served
     targets.install(scheduler)
     heartbeats.serve(scheduler)
     await scheduler

@@ -95,15 +95,13 @@ def scheduler_main(spec: ProcessSpec, events_fd: int, control_fd: int) -> int:
     warnings.filterwarnings("ignore", message="Port .* is already in use")
 
     async def serve() -> None:
-        scheduler = Scheduler(
+        scheduler, token = dashboard.gated_scheduler(
             host=options["host"] or get_ip(),  # the node's routed address, not 0.0.0.0
             port=options["port"],
             protocol=options["protocol"],
             dashboard_address=options["dashboard_address"],
             security=Security(),
         )
-        token = dashboard.new_token()
-        dashboard.protect(scheduler.http_server, token)  # before any request is served
         reporter = _Reporter(events_fd)
         scheduler.add_plugin(reporter)
         many_workers.install(scheduler)
