@@ -154,8 +154,11 @@ class FluxInstance:
         return data["jobs"] if "jobs" in data else [data] if data else []  # one id: the job
 
     def active_jobs(self) -> list[str]:
-        """Ids of the jobs not yet inactive."""
-        return [str(j["id"]) for j in self.jobs() if j.get("state") != "INACTIVE"]
+        """Ids of the jobs not yet inactive, from ``flux job list -s active``: asked after every
+        test, so Flux's C command, not ``flux jobs`` (Python: 0.08 s of CPU a call, 0.15 s once
+        the instance has run 300 jobs, against 0.004 s; 2026-12-01)."""
+        listed = self.command(["job", "list", "-s", "active"]).check().stdout.splitlines()
+        return [str(json.loads(line)["id"]) for line in listed if line.strip()]
 
     def job(self, job_id: str) -> dict:
         (info,) = self.jobs([job_id])
