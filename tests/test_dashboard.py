@@ -114,3 +114,54 @@ def test_the_scheduler_serves_dasks_routes_but_the_worker_proxy() -> None:
     assert found["/health"] == 200 and found["/api/v1"] == 200, found
     assert found[next(p for p in found if p.startswith("/proxy/"))] == 404, found
     assert found["no token"] == 403, found
+
+
+@pytest.mark.parametrize("bokeh", ["installed", "missing"])
+def test_the_dashboard_is_connected_by_the_first_request_with_the_token(
+    bokeh: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scheduler starts without Dask's Bokeh dashboard; a request without the token leaves
+    it so; the first with the token connects it before Dask's routes see the request: /status
+    is Dask's page (without Bokeh: Dask's page that says to install it)."""
+    import asyncio
+    import urllib.error
+    import urllib.request
+
+    from dask_hpc.guard.dashboard import gated_scheduler
+
+    if bokeh == "missing":  # what `import distributed.dashboard.scheduler` raises without Bokeh
+        monkeypatch.setitem(sys.modules, "distributed.dashboard.scheduler", None)
+
+    def get(url: str, token: str) -> tuple[int, str]:
+        request = urllib.request.Request(url, headers={"Authorization": f"token {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, ""
+
+    async def served() -> dict[str, object]:
+        scheduler, token = gated_scheduler(
+            host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0"
+        )
+        async with scheduler:
+            base = f"http://127.0.0.1:{scheduler.http_server.port}"
+            seen: dict[str, object] = {"at start": list(scheduler.http_application.applications)}
+            seen["refused"] = (await asyncio.to_thread(get, base + "/status", "wrong"))[0]
+            seen["after refused"] = list(scheduler.http_application.applications)
+            seen["status"] = await asyncio.to_thread(get, base + "/status", token)
+            seen["after"] = [type(a).__name__ for a in scheduler.http_application.applications]
+            seen["again"] = (await asyncio.to_thread(get, base + "/status", token))[0]
+        return seen
+
+    seen = asyncio.run(served())
+    assert seen["at start"] == [] and seen["after refused"] == [], seen
+    assert seen["refused"] == 403, seen
+    code, page = seen["status"]
+    assert code == 200 and seen["again"] == 200, seen
+    if bokeh == "installed":
+        assert seen["after"] == ["DaskBokehTornado"], seen
+        assert "<title>Dask Diagnostic UI</title>" in page, page[:500]
+    else:
+        assert seen["after"] == [], seen
+        assert "Dask needs bokeh" in page, page[:500]
