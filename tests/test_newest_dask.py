@@ -3,7 +3,8 @@
 The main run covers the range's low end (the pinned release, constraints.txt); these run in the
 virtual environment tests/setup/newest_dask.sh builds (the newest Dask and distributed pip finds
 in the range, this checkout editable): the Nanny operations and failures of test_dask_compat
-(local mode and MPICH), test_local, MPICH's launches in test_launch, and every change of Dask's
+(local mode and MPICH), test_local, MPICH's launches in test_launch, the gated scheduler's
+in-process tests of test_dashboard, and every change of Dask's
 behaviour at scale (``dask_hpc.at_scale``: its tests, and test_scale's in-process ones).
 dask-cuda's tests stay out: dask-cuda 26.10 pins its own Dask (2026.7.1), which the main run
 covers.
@@ -28,6 +29,10 @@ FILES = [
     "tests/test_dask_compat.py",
     "tests/test_local.py",
     "tests/test_launch.py",
+    # The gated scheduler: Dask's routes less the proxy, Dask's dashboard connected on the first
+    # request (the live one needs the suite's browser, which this venv has not)
+    "tests/test_dashboard.py::test_the_scheduler_serves_dasks_routes_but_the_worker_proxy",
+    "tests/test_dashboard.py::test_the_dashboard_is_connected_by_the_first_request_with_the_token",
     # Dask changed at scale (dask_hpc.at_scale): each of our versions of Dask's methods
     "tests/test_many_workers.py",
     "tests/test_heartbeats.py",
