@@ -192,13 +192,35 @@ PODMAN_VARIABLE = "dask_hpc_podman"  # the job's private directory: image store,
 # podman command starts a pause process (catatonit -P: it holds the user's namespace) that
 # nothing ends, and keeps its pid in its run files (TMPDIR's podman-run-UID): each is given run
 # files of its own, never podman's default /tmp/podman-run-UID nor podman-hpc's /tmp/UID_hpc
-# (names another user of the node can make first), and the pause process named there is ended
-# after it (a second user's job left them on the node before).
+# (names another user of the node can make first), and its pause process is ended once no
+# podman of those run files is left: conmon runs podman's cleanup as a container ends, beside
+# `podman run`'s own return (`podman-hpc migrate`'s mksquashfs container too), and a podman that
+# finds the pause process gone starts a new one (a second user's job left them on the node
+# before, and one in ~6 suites after the pause process was ended as migrate returned).
 PODMAN_REMOVE = """\
-dask_hpc_podman_pause() {  # DIR: end the pause process of the podman whose TMPDIR was DIR
-  local pid
-  pid=$(cat "$1"/podman-run-*/libpod/tmp/pause.pid 2>/dev/null) && kill "$pid" 2>/dev/null ||
-    true
+dask_hpc_podman_end() {  # DIR: wait until no process of the run files in DIR is left (30 s
+  # at most), then end its pause processes, until none is left. Podman, conmon and the overlay
+  # mounts' helpers name DIR in their arguments, podman's cleanup and the pause process
+  # (catatonit) in their environment (TMPDIR); read with bash's builtins, so that nothing this
+  # reads with is counted
+  local p comm args env pauses waiting
+  for _ in $(seq 300); do
+    pauses=() waiting=0
+    for p in /proc/[1-9]*; do
+      [ -O "$p" ] && [ "${p#/proc/}" != "$BASHPID" ] || continue
+      { read -r comm <"$p/comm" && mapfile -d '' -t args <"$p/cmdline" &&
+        mapfile -d '' -t env <"$p/environ"; } 2>/dev/null || continue
+      case $comm in
+        catatonit) case "${env[*]}" in *"$1"*) pauses+=("${p#/proc/}") ;; esac ;;
+        podman|podman-hpc|conmon) case "${args[*]} ${env[*]}" in *"$1"*) waiting=1 ;; esac ;;
+        *) case "${args[*]}" in *"$1"*) waiting=1 ;; esac ;;
+      esac
+    done
+    [ "$waiting" = 1 ] || [ ${#pauses[@]} != 0 ] || return 0
+    [ "$waiting" = 1 ] || kill "${pauses[@]}" 2>/dev/null || true
+    sleep 0.1
+  done
+  [ ${#pauses[@]} = 0 ] || kill "${pauses[@]}" 2>/dev/null || true
 }
 dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipefail)
   local run
@@ -208,7 +230,7 @@ dask_hpc_podman_rm() {  # (none mounted: grep's status 1, under set -e and pipef
   run=$(mktemp -d /tmp/dask-hpc-podman_XXXXXX) || return
   TMPDIR=$run PODMANHPC_RUN_ROOT=$run/run PODMANHPC_GRAPH_ROOT=$run/graph \\
     PODMANHPC_CONFIG_HOME=$run/config SQUASH_DIR=$run/squash podman-hpc unshare rm -rf -- "$1"
-  dask_hpc_podman_pause "$run"
+  dask_hpc_podman_end "$run"
   rm -rf -- "$run"
 }"""
 PODMAN_STORE = """\
@@ -259,7 +281,7 @@ case $dask_hpc_podman_id in
     else dask_hpc_why="podman-hpc could not migrate image $dask_hpc_image: ${dask_hpc_why:-?}"
     fi ;;
 esac
-dask_hpc_podman_pause "$dask_hpc_podman_run"
+dask_hpc_podman_end "$dask_hpc_podman_run"
 dask_hpc_podman_rm "$dask_hpc_podman/load"
 rm -rf -- "$dask_hpc_podman_run"
 [ -z "$dask_hpc_why" ] || dask_hpc_refuse "$(printf %s "$dask_hpc_why" | tr '\\n' ' ')"
@@ -292,10 +314,8 @@ while :; do
   wait "$pid" && status=0 || status=$?
   kill -0 "$pid" 2>/dev/null || break  # a signal ended wait, not podman
 done
-# conmon runs podman's cleanup as the container ends, beside podman run's own: the store is
-# removed once nothing uses it (30 s at most), or cleanup would make parts of it again
-for _ in $(seq 300); do pgrep -f -- "$store" >/dev/null || break; sleep 0.1; done
-dask_hpc_podman_pause "$store"
+# the store removed once no podman uses it, or podman's cleanup would make parts of it again
+dask_hpc_podman_end "$store"
 dask_hpc_podman_rm "$store"
 exit "$status"
 DASK_HPC_RANK"""
