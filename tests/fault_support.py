@@ -34,6 +34,23 @@ def all_gone(timeout: float = 20) -> float:
     return time.monotonic()
 
 
+def held_semaphores() -> dict[str, bool]:
+    """The multiprocessing semaphores (``/dev/shm/sem.mp-*``) the test's processes have mapped:
+    each name, and whether it is still in /dev/shm (not mapped as "(deleted)")."""
+    held: dict[str, bool] = {}
+    for pid in tagged_pids(os.environ["DASK_HPC_TEST_TAG"]):
+        try:
+            maps = Path(f"/proc/{pid}/maps").read_text()
+        except OSError:  # it ended meanwhile
+            continue
+        for line in maps.splitlines():
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and fields[5].startswith("/dev/shm/sem.mp-"):
+                name = fields[5].split()[0]
+                held[name] = held.get(name, False) or not fields[5].endswith("(deleted)")
+    return held
+
+
 def record(fault: str, launcher: str, seconds: float, measured: str, outcome: str) -> None:
     """Append a measurement for benchmarks/faults.py (only when DASK_HPC_FAULT_LOG is set)."""
     log = os.environ.get("DASK_HPC_FAULT_LOG")

@@ -21,7 +21,16 @@ from pathlib import Path
 
 import psutil
 import pytest
-from fault_support import DEATH_TIMEOUT, FAULTY, KEEP_RANKS, OPTS, all_gone, faulty, record
+from fault_support import (
+    DEATH_TIMEOUT,
+    FAULTY,
+    KEEP_RANKS,
+    OPTS,
+    all_gone,
+    faulty,
+    held_semaphores,
+    record,
+)
 from harness import mpi
 from harness.flux import flux_command
 from harness.procs import run_cmd
@@ -162,13 +171,24 @@ def test_scheduler_rank_killed_every_rank_exits_nonzero(
 def test_sigterm_to_launcher_shuts_down_gracefully(
     name: str, launch: Callable[[str], Launch], tmp_path: Path
 ) -> None:
+    """Also: once the workers have connected, no name of the semaphores they share with
+    their Nannies is left in /dev/shm (multiprocessing's queues), so that a rank SIGKILLed
+    leaves none on the node (srun's kill left 12 here before)."""
     job = launch(name)
     run = Background(job.argv(), job.env, tmp_path)
     run.wait_text("Dask cluster ready", 40)
+    held: dict[str, bool] = {}
+
+    def removed() -> bool:
+        held.update(held_semaphores())
+        return bool(held) and not any(held_semaphores().values())
+
+    wait_for(removed, 10, what="the names of the workers' semaphores removed from /dev/shm")
     sent = time.monotonic()
     run.signal(signal.SIGTERM)
     code = run.wait(30)
     gone = all_gone()
+    assert [path for path in held if Path(path).exists()] == []
     # A cluster stopped by a signal is not a success. Hydra's own status after SIGTERM is not
     # reliable: 143 as a rule, 0 seen once in ~10 runs after a graceful shutdown; not checked.
     assert code != 0 or name == "mpich", run.output()

@@ -29,6 +29,7 @@ from distributed.core import Status
 from ..at_scale import event_loop, log_summary
 from ..errors import say
 from ..planning.plan import ProcessSpec, shared_env
+from . import semaphore_names
 from .children import EXIT_CLOSED, EXIT_FAILED, EXIT_SCHEDULER_LOST
 from .worker import (
     LOST_SCHEDULER_REASONS,
@@ -115,7 +116,11 @@ class NannyWatch:
         try:
             async with self._one_start:
                 self.registered.unlink(missing_ok=True)
-                return await self._instantiate()
+                status = await self._instantiate()
+                process = self.nanny.process
+                if status == Status.running and process is not None:  # it holds them open
+                    semaphore_names.remove(process.init_result_q, process.child_stop_q)
+                return status
         except asyncio.CancelledError:
             if self.nanny.status not in _CLOSING:
                 raise
