@@ -17,7 +17,7 @@ trap 'echo "ansible.sh: failed at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 CACHE="${DASK_HPC_ANSIBLE_CACHE:-/var/tmp/dask-hpc-tests/ansible}"
 ANSIBLE_WHEEL_VERSION="12.3.0"   # the `ansible` community package that carries community.general
-ANSIBLE_CORE_DEEPOPS="2.17.14"   # what DeepOps' Ansible 10.7.0 installs (ansible-core ~=2.17.7)
+ANSIBLE_CORE_DEEPOPS="2.17.14"   # what DeepOps' Ansible 10.7.0 installs (ansible-core ~=2.17.7 in its requirements)
 # Ubuntu Archive Automatic Signing Key (2018): its fingerprint as Ubuntu publishes it.
 UBUNTU_ARCHIVE_FPR="F6ECB3762474EDA9D21B7022871920D1991BC93C"
 
@@ -42,7 +42,7 @@ for name in ("ansible-core", "ansible-lint", "pytest-testinfra"):
     m.version(name)
 EOF
 then
-  log "pip install ansible-core ansible-lint pytest-testinfra"
+  log "ansible-core, ansible-lint and pytest-testinfra (pip)"
   pip install -q 'ansible-core>=2.17' 'ansible-lint>=24' 'pytest-testinfra>=10'
 fi
 

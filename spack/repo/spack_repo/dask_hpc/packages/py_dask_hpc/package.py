@@ -34,7 +34,7 @@ class PyDaskHpc(PythonPackage):
         depends_on("py-psutil@5.9:")
         depends_on("py-pyyaml@6:")
         depends_on("py-jupyterlab@4.6.4:", when="+jupyter")
-        depends_on("py-jupyter-server@2.20.0:", when="+jupyter")
+        depends_on("py-jupyter-server@2.21.0:", when="+jupyter")
         depends_on("py-jupyter-server-proxy@4.2.0:", when="+jupyter")
 
     def setup_build_environment(self, env):

@@ -10,4 +10,4 @@ from spack_repo.builtin.packages.py_jupyter_server.package import (
 class PyJupyterServer(BuiltinPyJupyterServer):
     """jupyter-server at a release outside every advisory of deploy/advisories.yaml."""
 
-    version("2.20.0", sha256="b5778ba337d8015a3dc2b80803ecdd5ac18d3797fddf61a50ea5fb472b4ebe14")
+    version("2.21.1", sha256="a8960aa29263f6041283e97d4756b099fb49b767baab6371891ecb1bd40a63df")

@@ -14,9 +14,9 @@ class PyJupyterlab(BuiltinPyJupyterlab):
     version("4.6.4", sha256="404f49b081819378524886c9db66dba57a5565981eff885830df1baba3a17df5")
 
     with default_args(type=("build", "run")):
-        # jupyterlab 4.6's pyproject.toml says jupyter-server>=2.19.0,<3; 2.20.0 is the floor
+        # jupyterlab 4.6's pyproject.toml says jupyter-server>=2.19.0,<3; 2.21.0 is the floor
         # past the advisories (deploy/advisories.yaml)
-        depends_on("py-jupyter-server@2.20:2", when="@4.6:")
+        depends_on("py-jupyter-server@2.21:2", when="@4.6:")
         # 4.6.4's pyproject.toml (build-system.requires and dependencies; builtin's recipe, for
         # 4.5, has neither): jupyterlab/commands.py imports jupyter_builder, so without it
         # `jupyter lab` does not start
