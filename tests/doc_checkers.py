@@ -134,8 +134,14 @@ def python(argv: list[str], command: Command, page: PageRun) -> str:
         return "its paths and extras exist (tests/build/test_readme_install.py installs)"
     if rest[:3] == ["-m", "pip", "wheel"]:
         out = Path(rest[rest.index("-w") + 1])
+        # From a clone: setuptools builds in the tree's build/ and removes its bdist directory
+        # when done, under a wheel another test builds from this checkout at the same time
+        # (the local image's: "could not create 'build/bdist.linux-x86_64/...'", 2026-12-01)
+        tree = page.work / "checkout"
+        cloned = run(["git", "clone", "-q", str(REPO), str(tree)], page)
+        assert cloned.returncode == 0, cloned.stderr
         done = run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
-                    str(page.work / out), str(REPO)], page, timeout=300)
+                    str(page.work / out), str(tree)], page, timeout=300)
         assert done.returncode == 0, done.stderr
         assert list((page.work / out).glob("dask_hpc-*.whl")), "no wheel"
         return "ran"
