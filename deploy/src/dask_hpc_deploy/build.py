@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import platform
 import shlex
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import sys
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -220,16 +223,45 @@ def plan(
     return result
 
 
+def checkout_lock(repo: Path) -> Path:
+    """The lock that wheels-stack builds of one checkout take in turn."""
+    return repo.resolve() / "build" / "containers" / ".lock"
+
+
+@contextlib.contextmanager
+def _one_local_build_at_a_time(build_plan: BuildPlan, repo: Path) -> Iterator[None]:
+    """Hold the checkout's lock for a wheels-stack build: its steps share the checkout's
+    setuptools build/ (which `pip wheel .` empties when done) and the target's work directory
+    (whose wheels the first step removes). Two such builds at once broke each other's wheel;
+    the second now waits, and says so. Spack-stack builds write nothing in the checkout."""
+    if build_plan.target.stack != "wheels":
+        yield
+        return
+    path = checkout_lock(repo)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"waiting for another image build from this checkout ({path})",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield  # the lock goes with the file's close
+
+
 def execute(build_plan: BuildPlan, repo: Path, echo: bool = True) -> None:
     """Run every step from ``repo``, then record the image's sha256 beside it (IMAGE.sha256);
     UsageError naming the step that failed."""
-    for step in build_plan.steps:
-        if echo:
-            print(f"+ {step}", flush=True)
-        try:
-            rc = subprocess.run(list(step.argv), cwd=repo, env=os.environ.copy()).returncode
-        except FileNotFoundError:
-            raise UsageError(f"{step.argv[0]} is not on PATH", f"needed for: {step.what}") from None
-        if rc != 0:
-            raise UsageError(f"build step failed (exit {rc}): {step.what}", str(step))
+    with _one_local_build_at_a_time(build_plan, repo):
+        for step in build_plan.steps:
+            if echo:
+                print(f"+ {step}", flush=True)
+            try:
+                rc = subprocess.run(list(step.argv), cwd=repo, env=os.environ.copy()).returncode
+            except FileNotFoundError:
+                raise UsageError(
+                    f"{step.argv[0]} is not on PATH", f"needed for: {step.what}"
+                ) from None
+            if rc != 0:
+                raise UsageError(f"build step failed (exit {rc}): {step.what}", str(step))
     images.record_digest(build_plan.output)
