@@ -7,11 +7,13 @@ its steps replaced by commands that wait on a FIFO, so which step runs when is s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -66,22 +68,32 @@ def release(repo: Path, name: str) -> None:
     (repo / f"fifo-{name}").write_text("go\n")
 
 
-def end(*builds: subprocess.Popen[str] | None) -> None:
+def end(*builds: subprocess.Popen[str]) -> None:
     """Kill what is left of each build: its process group (the step's shell too)."""
     for build in builds:
-        if build is not None:
-            if build.poll() is None:
-                os.killpg(build.pid, signal.SIGKILL)
-            build.wait()
+        if build.poll() is None:
+            os.killpg(build.pid, signal.SIGKILL)
+        build.wait()
+
+
+@contextlib.contextmanager
+def two_builds(
+    repo: Path, first_site: str, second_site: str
+) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str]]]:
+    """Build "a" of ``first_site`` running its step, then build "b" of ``second_site`` just
+    started, from the checkout ``repo``; what is left of both is ended after."""
+    builds = [start_build(repo, first_site, "a")]
+    try:
+        wait_for_line(repo, "a-start", builds[0])
+        builds.append(start_build(repo, second_site, "b"))
+        yield builds[0], builds[1]
+    finally:
+        end(*builds)
 
 
 @pytest.mark.timeout(60)
 def test_a_second_local_build_waits_for_the_first_and_says_so(tmp_path: Path) -> None:
-    first = start_build(tmp_path, "local", "a")
-    second = None
-    try:
-        wait_for_line(tmp_path, "a-start", first)
-        second = start_build(tmp_path, "local", "b")
+    with two_builds(tmp_path, "local", "local") as (first, second):
         err, log = tmp_path / "b.err", tmp_path / "log"
         # The second either says it waits (then blocks on the lock) or runs its step.
         wait_for(lambda: err.read_text() or "b-start" in log.read_text(), 30, what="b's start")
@@ -94,25 +106,17 @@ def test_a_second_local_build_waits_for_the_first_and_says_so(tmp_path: Path) ->
         wait_for_line(tmp_path, "b-start", second)
         release(tmp_path, "b")
         assert second.wait(timeout=30) == 0
-        assert (tmp_path / "log").read_text().split() == ["a-start", "a-end", "b-start", "b-end"]
+        assert log.read_text().split() == ["a-start", "a-end", "b-start", "b-end"]
         for name in ("a", "b"):
             assert (tmp_path / f"{name}.sif.sha256").read_text().endswith(f"  {name}.sif\n")
-    finally:
-        end(first, second)
 
 
 @pytest.mark.timeout(60)
 def test_spack_stack_builds_run_side_by_side(tmp_path: Path) -> None:
-    first = start_build(tmp_path, "aurora", "a")
-    second = None
-    try:
-        wait_for_line(tmp_path, "a-start", first)
-        second = start_build(tmp_path, "polaris", "b")
+    with two_builds(tmp_path, "aurora", "polaris") as (first, second):
         wait_for_line(tmp_path, "b-start", second)  # while the first still runs
         for name, build in (("a", first), ("b", second)):
             release(tmp_path, name)
             assert build.wait(timeout=30) == 0
             assert (tmp_path / f"{name}.err").read_text() == ""
         assert not checkout_lock(tmp_path).exists()
-    finally:
-        end(first, second)
