@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dask_hpc.batch.commands import BatchSystem
 from dask_hpc.elastic import sizing
 from dask_hpc.elastic.jobs import Job
 from dask_hpc.elastic.pools import Pool
@@ -144,3 +145,15 @@ def test_a_job_seen_running_started_after_the_last_reading_that_did_not_say_so()
     assert sizing.started_between(j, last_asked=NOW - 40) == NOW - 40
     assert sizing.started_between(j, last_asked=NOW - 200) == NOW - 100  # submitted after
     assert sizing.started_between(j, last_asked=None) == NOW - 100  # the first reading
+
+
+def test_a_lagging_listing_moves_the_start_earlier_by_its_lag() -> None:
+    """Flux's listing shows a job running up to its listing_lag after its start (job-list
+    follows the job manager): the start counts that much before the last reading, never
+    before the submission."""
+    j = job("flux", submitted=NOW - 100)
+    lag = BatchSystem.named("flux").listing_lag
+    assert lag == 2.0
+    assert sizing.started_between(j, last_asked=NOW - 40, listing_lag=lag) == NOW - 42
+    assert sizing.started_between(j, last_asked=NOW - 101, listing_lag=lag) == NOW - 100
+    assert BatchSystem.named("slurm").listing_lag == 0.0  # squeue reads slurmctld's own state

@@ -42,6 +42,11 @@ class BatchSystem:
         extra = self.row.get("command_env")
         return {**os.environ, **{k: str(v) for k, v in extra.items()}} if extra else None
 
+    @property
+    def listing_lag(self) -> float:
+        """Seconds its job listing may lag behind a job's start (the row's ``listing_lag``)."""
+        return float(self.row.get("listing_lag") or 0)
+
     def missing_commands(self, which: Callable[[str], str | None] = shutil.which) -> list[str]:
         return [c for c in self.row["commands"] if which(c) is None]
 

@@ -117,7 +117,8 @@ class Reconciler:
             job.state = category
             if category == "running":
                 if job.started_at is None:
-                    job.started_at = sizing.started_between(job, last_asked)
+                    lag = control.batch.system.listing_lag
+                    job.started_at = sizing.started_between(job, last_asked, lag)
                 if not job.workers and job.empty_since is None:
                     job.empty_since = now
         for job in list(control.jobs.values()):

@@ -43,12 +43,15 @@ def past_retirement(job: Job, pool: Pool, now: float) -> bool:
     return now >= job.started_at + pool.walltime_seconds - 0.6 * pool.lifetime_margin
 
 
-def started_between(job: Job, last_asked: float | None) -> float:
+def started_between(job: Job, last_asked: float | None, listing_lag: float = 0.0) -> float:
     """When a job first seen running started, at the earliest: after it was submitted and
     after the last reading of the batch states that did not list it running (``last_asked``:
-    when that reading was asked for). Not when it is seen: the readings are further apart
-    than the poll interval when submissions or a loaded batch system hold up a round."""
-    return max(job.submitted_at, last_asked if last_asked is not None else job.submitted_at)
+    when that reading was asked for), less the batch system's ``listing_lag`` (its listing may
+    show a job's start that late). Not when it is seen: the readings are further apart than
+    the poll interval when submissions or a loaded batch system hold up a round."""
+    if last_asked is None:
+        return job.submitted_at
+    return max(job.submitted_at, last_asked - listing_lag)
 
 
 def shrink_choice(jobs: Sequence[Job], n: int) -> list[Job]:
