@@ -7,7 +7,10 @@ this rank's workers: all three share it.
    routes (prometheus_client), this package's worker and command-line modules (multiprocessing
    imports the parent's ``__main__`` again in each child), and read the package versions it
    sends the scheduler (``get_versions``, cached by Dask). Measured on 2 cores: 28 ms of CPU
-   per worker; 64 workers connected in 4.19 s instead of 5.41 s (median of 3).
+   per worker; 64 workers connected in 4.19 s instead of 5.41 s (median of 3). Also
+   tornado's default client TLS context, which tornado builds (the system's whole CA store) in
+   every process on the first TLS connection it accepts, and never uses for one: 32 ms of CPU
+   per worker on this machine (144 certificates).
 3. ``gc.freeze()``: the processes forked from it never scan those objects again.
    Measured on 2 cores: without it, a closing worker spent ~0.15 s in garbage collection over
    the inherited objects (16 workers: 2.3 s to shut down), and every collection dirtied the
@@ -19,6 +22,7 @@ import importlib
 
 import dask.config
 from distributed.versions import get_versions, required_packages
+from tornado import netutil
 
 from dask_hpc.guard.import_path import forget_safe_path
 
@@ -37,5 +41,7 @@ for _name in ["distributed", *required_packages, *_worker_imports]:
     except ImportError:
         pass
 get_versions()
+if callable(_tls_defaults := getattr(netutil, "_client_ssl_defaults", None)):
+    _tls_defaults()  # cached by tornado (lru_cache); a tornado that built it at import has none
 
 gc.freeze()
