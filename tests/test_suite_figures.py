@@ -7,6 +7,7 @@ YYYY-MM-DD"), and the README repeats none (issue 47)."""
 from __future__ import annotations
 
 import re
+import subprocess
 
 import tomllib
 from slow_tests import SLOW, SLOW_FIXTURES, SLOW_SECONDS
@@ -144,3 +145,22 @@ def test_the_passages_are_cut_at_sentences_and_list_items() -> None:
         "- measured x, y",
     ]
     assert [about_the_budget(p) for p in passages(text)] == [True, False, False]
+
+
+def test_ci_run_prints_the_machines_speed_before_and_after() -> None:
+    """`.ci/run` measures the machine before and after the run (its speed changes by as much as
+    the suite's does), with Debian's Python both times; the probe prints its one line."""
+    ci = (REPO / ".ci" / "run").read_text()
+    probes = re.findall(r"^/usr/bin/python3 tests/harness/machine_speed\.py (\w+)", ci, re.M)
+    assert probes == ["before", "after"], probes
+    proc = subprocess.run(
+        ["/usr/bin/python3", str(REPO / "tests/harness/machine_speed.py"), "here"],
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    line = re.fullmatch(
+        r"machine speed \(here\): a 2,000,000-square Python loop (\d+\.\d{3}) CPU s, a Python "
+        r"start (\d+\.\d) ms of CPU \(medians of 5\)\n",
+        proc.stdout,
+    )
+    assert line is not None and proc.stderr == "", (proc.stdout, proc.stderr)
+    assert float(line[1]) > 0 and float(line[2]) > 0, line.groups()
